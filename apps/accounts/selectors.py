@@ -1,0 +1,99 @@
+"""Tenant-scoped reads for organisations, members and tokens."""
+
+from __future__ import annotations
+
+import hashlib
+from uuid import UUID
+
+from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+
+from apps.accounts.models import ApiToken, Membership, Organization
+from apps.core.errors import NotFound
+
+User = get_user_model()
+
+
+def hash_token(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def memberships_of(*, user_id: int) -> QuerySet[Membership]:
+    return Membership.objects.filter(user_id=user_id).select_related("org").order_by("org__name")
+
+
+def membership_for(*, user_id: int, org_id: UUID | str) -> Membership | None:
+    try:
+        return Membership.objects.select_related("org", "user").get(user_id=user_id, org_id=org_id)
+    except (Membership.DoesNotExist, ValueError, ValidationError):
+        return None
+
+
+def org_members(*, org_id: UUID) -> QuerySet[Membership]:
+    return Membership.objects.filter(org_id=org_id).select_related("user").order_by("user__email")
+
+
+def get_member(*, org_id: UUID, member_id: UUID | str) -> Membership:
+    try:
+        return Membership.objects.select_related("user", "org").get(org_id=org_id, id=member_id)
+    except (Membership.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such member.") from None
+
+
+def org_tokens(*, org_id: UUID, include_revoked: bool = True) -> QuerySet[ApiToken]:
+    tokens = ApiToken.objects.filter(org_id=org_id).select_related("created_by")
+    if not include_revoked:
+        tokens = tokens.filter(revoked_at__isnull=True)
+    return tokens.order_by("revoked_at", "-created_at")
+
+
+def get_token(*, org_id: UUID, token_id: UUID | str) -> ApiToken:
+    try:
+        return ApiToken.objects.get(org_id=org_id, id=token_id)
+    except (ApiToken.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such token.") from None
+
+
+def active_token_for(raw: str) -> ApiToken | None:
+    """The unrevoked token with this value, or None (unknown, revoked, malformed look alike)."""
+    if not raw or len(raw) > 200:
+        return None
+    token = ApiToken.objects.select_related("org").filter(token_hash=hash_token(raw)).first()
+    if token is None or token.revoked_at is not None:
+        return None
+    return token
+
+
+def get_org(*, org_id: UUID) -> Organization:
+    return Organization.objects.get(pk=org_id)
+
+
+def get_org_by_slug(slug: str) -> Organization:
+    try:
+        return Organization.objects.get(slug=slug)
+    except Organization.DoesNotExist:
+        raise NotFound(f"No organisation with slug {slug!r}.") from None
+
+
+def user_by_email(email: str):
+    return User.objects.filter(username=normalize_email(email)).first()
+
+
+def normalize_email(email: str) -> str:
+    return email.strip().lower()
+
+
+SESSION_ORG_KEY = "airlock_org"
+
+
+def current_membership(*, user, session_org_id: str | None) -> Membership | None:
+    """The membership a signed-in user is acting through: the org chosen in the switcher,
+    else their first organisation."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    if session_org_id:
+        membership = membership_for(user_id=user.pk, org_id=session_org_id)
+        if membership is not None:
+            return membership
+    return memberships_of(user_id=user.pk).select_related("user").first()

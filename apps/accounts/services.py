@@ -1,0 +1,263 @@
+"""Writes for organisations, members and API tokens. Each is one transaction with its audit row."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import timedelta
+from uuid import UUID
+
+from django.contrib.auth import get_user_model, password_validation
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.validators import validate_email
+from django.db import transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from apps.accounts import selectors
+from apps.accounts.actors import Actor, system_actor
+from apps.accounts.models import ApiToken, Membership, Organization
+from apps.accounts.roles import RANK, TOKEN_ROLES, Role
+from apps.audit import services as audit
+from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
+
+User = get_user_model()
+TOKEN_PREFIX = "al_"
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def _clean_email(email: str) -> str:
+    email = selectors.normalize_email(email)
+    try:
+        validate_email(email)
+    except DjangoValidationError:
+        raise ValidationFailed("Enter a valid email address.", {"email": "Enter a valid email address."}) from None
+    return email
+
+
+def _clean_role(role: str, *, allowed: list[str] | None = None) -> Role:
+    allowed = allowed or list(Role.values)
+    if role not in allowed:
+        message = f"Role must be one of: {', '.join(allowed)}."
+        raise ValidationFailed(message, {"role": message})
+    return Role(role)
+
+
+def _unique_slug(base: str) -> str:
+    base = slugify(base)[:50] or "org"
+    slug, n = base, 1
+    while Organization.objects.filter(slug=slug).exists():
+        n += 1
+        slug = f"{base}-{n}"
+    return slug
+
+
+def _new_user(email: str, password: str | None = None) -> tuple[object, str | None]:
+    """Creates a user; with no password given, a random one is generated and returned once."""
+    generated = None
+    if password is None:
+        generated = password = secrets.token_urlsafe(12)
+    user = User(username=email, email=email)
+    user.set_password(password)
+    user.save()
+    return user, generated
+
+
+def create_organization(*, name: str, owner_email: str, slug: str = "", password: str | None = None,
+                        via: str = "operator") -> tuple[Organization, Membership, str | None]:
+    """Creates an organisation and its owner (a new user gets a printed password).
+
+    Writes Organization, Membership (owner), maybe User, and an `org.created` audit event.
+    Raises ValidationFailed (bad email/slug) and Conflict (slug taken).
+    """
+    email = _clean_email(owner_email)
+    name = name.strip()
+    if not name:
+        raise ValidationFailed("Give the organisation a name.", {"name": "This field is required."})
+    if slug:
+        if slugify(slug) != slug:
+            raise ValidationFailed("Slugs use lowercase letters, digits and hyphens.", {"slug": "Invalid slug."})
+        if Organization.objects.filter(slug=slug).exists():
+            raise Conflict(f"The slug {slug!r} is taken.")
+    with transaction.atomic():
+        org = Organization.objects.create(name=name, slug=slug or _unique_slug(name))
+        user = selectors.user_by_email(email)
+        generated = None
+        if user is None:
+            if password is not None:
+                _validate_password(password, email)
+            user, generated = _new_user(email, password)
+        membership = Membership.objects.create(org=org, user=user, role=Role.OWNER)
+        audit.record(org_id=org.id, actor=system_actor(org.id, via), action="org.created", target=org,
+                     data={"owner": email})
+    return org, membership, generated
+
+
+def _validate_password(password: str, email: str) -> None:
+    try:
+        password_validation.validate_password(password, User(username=email, email=email))
+    except DjangoValidationError as exc:
+        raise ValidationFailed(" ".join(exc.messages), {"password": " ".join(exc.messages)}) from None
+
+
+def sign_up(*, email: str, password: str, org_name: str, ip: str | None = None) -> tuple[object, Organization]:
+    """Self-serve sign-up: a new user and an organisation they own.
+
+    Raises ValidationFailed when the email is taken or the password is weak.
+    """
+    email = _clean_email(email)
+    if selectors.user_by_email(email) is not None:
+        raise ValidationFailed("An account with this email exists; sign in instead.",
+                               {"email": "An account with this email exists; sign in instead."})
+    _validate_password(password, email)
+    org, membership, _ = create_organization(name=org_name, owner_email=email, password=password, via="sign-up")
+    return membership.user, org
+
+
+def record_sign_in(*, user, ip: str | None) -> None:
+    """Writes `auth.signed_in` to each organisation the user belongs to."""
+    with transaction.atomic():
+        for membership in selectors.memberships_of(user_id=user.pk):
+            actor = Actor(org_id=membership.org_id, role=membership.role, label=user.email, user_id=user.pk, ip=ip)
+            audit.record(org_id=membership.org_id, actor=actor, action="auth.signed_in", target=user,
+                         target_label=user.email)
+
+
+def record_failed_sign_in(*, email: str, ip: str | None) -> None:
+    """Writes `auth.sign_in_failed` to the user's organisations (or the global chain for unknown emails)."""
+    email = selectors.normalize_email(email)[:200]
+    user = selectors.user_by_email(email)
+    with transaction.atomic():
+        orgs = [m.org_id for m in selectors.memberships_of(user_id=user.pk)] if user else [None]
+        for org_id in orgs:
+            actor = Actor(org_id=org_id, role="viewer", label=email or "(blank)", ip=ip)  # type: ignore[arg-type]
+            audit.record(org_id=org_id, actor=actor, action="auth.sign_in_failed", data={"email": email})
+
+
+def record_password_changed(*, user, ip: str | None) -> None:
+    with transaction.atomic():
+        for membership in selectors.memberships_of(user_id=user.pk):
+            actor = Actor(org_id=membership.org_id, role=membership.role, label=user.email, user_id=user.pk, ip=ip)
+            audit.record(org_id=membership.org_id, actor=actor, action="auth.password_changed", target=user,
+                         target_label=user.email)
+
+
+def _guard_role_change(actor: Actor, *, current: str | None, new: str | None) -> None:
+    """Only owners touch owners; nobody grants more than they hold."""
+    if Role.OWNER in (current, new) and actor.role != Role.OWNER:
+        raise PermissionDenied("Only an owner can grant, change or remove the owner role.")
+    if new is not None and RANK[Role(new)] > RANK[Role(actor.role)]:
+        raise PermissionDenied("You cannot grant a role above your own.")
+
+
+def add_member(*, actor: Actor, email: str, role: str) -> tuple[Membership, str | None]:
+    """Adds a user (created if new, with a one-time password returned) to the actor's organisation.
+
+    Raises PermissionDenied, ValidationFailed, Conflict (already a member).
+    """
+    actor.require("members.manage")
+    email = _clean_email(email)
+    role = _clean_role(role)
+    _guard_role_change(actor, current=None, new=role)
+    with transaction.atomic():
+        user = selectors.user_by_email(email)
+        generated = None
+        if user is None:
+            user, generated = _new_user(email)
+        elif Membership.objects.filter(org_id=actor.org_id, user=user).exists():
+            raise Conflict(f"{email} is already a member.")
+        membership = Membership.objects.create(org_id=actor.org_id, user=user, role=role)
+        audit.record(org_id=actor.org_id, actor=actor, action="member.added", target=membership,
+                     target_label=email, data={"email": email, "role": role, "new_user": generated is not None})
+    return membership, generated
+
+
+def _owner_count(org_id: UUID) -> int:
+    # Locking the owner rows serialises concurrent demotions of the last two owners.
+    return len(list(Membership.objects.select_for_update().filter(org_id=org_id, role=Role.OWNER)))
+
+
+def change_role(*, actor: Actor, member_id: UUID | str, role: str) -> Membership:
+    """Changes a member's role. Raises PermissionDenied, ValidationFailed, NotFound, Conflict (last owner)."""
+    actor.require("members.manage")
+    role = _clean_role(role)
+    with transaction.atomic():
+        membership = selectors.get_member(org_id=actor.org_id, member_id=member_id)
+        old = membership.role
+        if old == role:
+            return membership
+        _guard_role_change(actor, current=old, new=role)
+        if old == Role.OWNER and _owner_count(actor.org_id) <= 1:
+            raise Conflict("An organisation needs at least one owner: make someone else owner first.")
+        membership.role = role
+        membership.save(update_fields=["role", "updated_at"])
+        audit.record(org_id=actor.org_id, actor=actor, action="member.role_changed", target=membership,
+                     target_label=membership.user.email, data={"from": old, "to": role})
+    return membership
+
+
+def remove_member(*, actor: Actor, member_id: UUID | str) -> None:
+    """Removes a member (the user account stays). Raises PermissionDenied, NotFound, Conflict (last owner)."""
+    actor.require("members.manage")
+    with transaction.atomic():
+        membership = selectors.get_member(org_id=actor.org_id, member_id=member_id)
+        _guard_role_change(actor, current=membership.role, new=None)
+        if membership.role == Role.OWNER and _owner_count(actor.org_id) <= 1:
+            raise Conflict("The last owner cannot be removed.")
+        email = membership.user.email
+        audit.record(org_id=actor.org_id, actor=actor, action="member.removed", target=membership,
+                     target_label=email, data={"email": email, "role": membership.role})
+        membership.delete()
+
+
+def create_api_token(*, actor: Actor | None, org_id: UUID, name: str, role: str,
+                     created_by_id: int | None = None) -> tuple[ApiToken, str]:
+    """Creates a token and returns it with its value (shown once; only the hash is stored).
+
+    `actor=None` is the operator path (manage.py create_token). Raises PermissionDenied, ValidationFailed.
+    """
+    if actor is not None:
+        actor.require("tokens.manage")
+        created_by_id = actor.user_id
+    name = name.strip()
+    if not name:
+        raise ValidationFailed("Give the token a name.", {"name": "This field is required."})
+    role = _clean_role(role, allowed=list(TOKEN_ROLES))
+    if actor is not None and RANK[role] > RANK[Role(actor.role)]:
+        raise PermissionDenied("You cannot create a token with a role above your own.")
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    with transaction.atomic():
+        token = ApiToken.objects.create(org_id=org_id, name=name[:100], role=role, prefix=raw[:10],
+                                        token_hash=selectors.hash_token(raw), created_by_id=created_by_id)
+        audit.record(org_id=org_id, actor=actor or system_actor(org_id, "operator"), action="token.created",
+                     target=token, target_label=token.name, data={"name": token.name, "role": role})
+    return token, raw
+
+
+def revoke_api_token(*, actor: Actor, token_id: UUID | str) -> ApiToken:
+    """Revokes a token at once. Raises PermissionDenied, NotFound."""
+    actor.require("tokens.manage")
+    with transaction.atomic():
+        token = selectors.get_token(org_id=actor.org_id, token_id=token_id)
+        if token.revoked_at is None:
+            token.revoked_at = timezone.now()
+            token.save(update_fields=["revoked_at", "updated_at"])
+            audit.record(org_id=actor.org_id, actor=actor, action="token.revoked", target=token,
+                         target_label=token.name, data={"name": token.name})
+    return token
+
+
+def note_token_used(*, token: ApiToken) -> None:
+    """Updates last_used_at at most once a minute (a write per request would be waste)."""
+    now = timezone.now()
+    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
+        token.last_used_at = now
+
+
+def ensure_user(*, email: str, password: str):
+    """Creates a user with this password unless one exists (operator and demo paths)."""
+    email = _clean_email(email)
+    user = selectors.user_by_email(email)
+    if user is None:
+        user, _ = _new_user(email, password)
+    return user

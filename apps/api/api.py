@@ -1,0 +1,22 @@
+"""The one NinjaAPI: /api/v1/, OpenAPI at /api/v1/openapi.json, docs at /api/v1/docs."""
+
+from __future__ import annotations
+
+from ninja import NinjaAPI
+
+from apps.api import errors
+from apps.api.auth import API_AUTH
+from apps.api.routers import audit, me, members, tokens
+
+api = NinjaAPI(
+    title="Airlock API",
+    version="1",
+    description="Control plane for teams of LLM agents. Authenticate with `Authorization: Bearer <token>`.",
+    auth=API_AUTH,
+    urls_namespace="api",
+)
+errors.install(api)
+api.add_router("/", me.router)
+api.add_router("/members", members.router)
+api.add_router("/tokens", tokens.router)
+api.add_router("/audit", audit.router)

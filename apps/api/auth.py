@@ -1,0 +1,46 @@
+"""API authentication: bearer tokens for scripts, the browser session (with CSRF) for pages.
+
+Both resolve to an `Actor` bound to one organisation; `request.auth` is that actor.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpRequest
+from ninja.security import HttpBearer, SessionAuth
+
+from apps.accounts import selectors, services
+from apps.accounts.actors import Actor, member_actor, token_actor
+
+
+def client_ip(request: HttpRequest) -> str | None:
+    return request.META.get("REMOTE_ADDR")
+
+
+class BearerTokenAuth(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str) -> Actor | None:
+        api_token = selectors.active_token_for(token)
+        if api_token is None:
+            return None
+        services.note_token_used(token=api_token)
+        return token_actor(api_token, ip=client_ip(request))
+
+
+class SessionMemberAuth(SessionAuth):
+    """Session cookie auth. ninja's APIKeyCookie enforces CSRF on unsafe methods."""
+
+    def _get_key(self, request: HttpRequest) -> str | None:
+        # No session cookie: not ours to judge (a bad bearer token must give 401, not a CSRF 403).
+        if self.param_name not in request.COOKIES:
+            return None
+        return super()._get_key(request)
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> Actor | None:
+        membership = selectors.current_membership(
+            user=request.user, session_org_id=request.session.get(selectors.SESSION_ORG_KEY)
+        )
+        if membership is None:
+            return None
+        return member_actor(membership, ip=client_ip(request))
+
+
+API_AUTH = [BearerTokenAuth(), SessionMemberAuth()]

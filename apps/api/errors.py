@@ -1,0 +1,49 @@
+"""Domain errors and framework errors become JSON `{"detail": ...}` here, and only here."""
+
+from __future__ import annotations
+
+from django.http import Http404
+from ninja import NinjaAPI
+from ninja.errors import AuthenticationError, HttpError, ValidationError
+
+from apps.core.errors import Conflict, DomainError, NotFound, PermissionDenied, ValidationFailed
+
+STATUS = {NotFound: 404, PermissionDenied: 403, Conflict: 409, ValidationFailed: 422}
+
+
+def _field(loc: list) -> str:
+    # ("body", "payload", "email") -> "email"; ("query", "limit") -> "limit"
+    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header", "payload", "data")]
+    return ".".join(parts) or "body"
+
+
+def install(api: NinjaAPI) -> None:
+    @api.exception_handler(DomainError)
+    def domain_error(request, exc: DomainError):
+        status = next((code for cls, code in STATUS.items() if isinstance(exc, cls)), 400)
+        body: dict = {"detail": exc.message}
+        if isinstance(exc, ValidationFailed) and exc.errors:
+            body["errors"] = [{"field": f, "message": m} for f, m in exc.errors.items()]
+        return api.create_response(request, body, status=status)
+
+    @api.exception_handler(ValidationError)
+    def validation_error(request, exc: ValidationError):
+        errors = [{"field": _field(list(e.get("loc", []))), "message": e.get("msg", "Invalid value.")}
+                  for e in exc.errors]
+        detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or "Invalid request."
+        return api.create_response(request, {"detail": detail, "errors": errors}, status=422)
+
+    @api.exception_handler(AuthenticationError)
+    def unauthenticated(request, exc):
+        return api.create_response(
+            request, {"detail": "Authentication required: send a valid API token as 'Authorization: Bearer ...'."},
+            status=401,
+        )
+
+    @api.exception_handler(HttpError)
+    def http_error(request, exc: HttpError):
+        return api.create_response(request, {"detail": str(exc)}, status=exc.status_code)
+
+    @api.exception_handler(Http404)
+    def not_found(request, exc):
+        return api.create_response(request, {"detail": "Not found."}, status=404)

@@ -1,0 +1,50 @@
+from datetime import datetime
+from typing import Literal
+from uuid import UUID
+
+from ninja import Field, Router, Schema, Status
+from ninja.pagination import LimitOffsetPagination, paginate
+
+from apps.accounts import selectors, services
+
+router = Router(tags=["tokens"])
+
+
+class TokenOut(Schema):
+    id: UUID
+    name: str
+    role: str
+    prefix: str
+    created_at: datetime
+    last_used_at: datetime | None
+    revoked_at: datetime | None
+
+
+class TokenIn(Schema):
+    name: str = Field(..., min_length=1, max_length=100)
+    role: Literal["admin", "builder", "approver", "viewer"]
+
+
+class TokenCreated(Schema):
+    token: TokenOut
+    value: str  # the bearer token; shown once, only its hash is stored
+
+
+@router.get("", response=list[TokenOut])
+@paginate(LimitOffsetPagination)
+def list_tokens(request):
+    request.auth.require("tokens.manage")
+    return selectors.org_tokens(org_id=request.auth.org_id)
+
+
+@router.post("", response={201: TokenCreated})
+def create_token(request, payload: TokenIn):
+    token, raw = services.create_api_token(actor=request.auth, org_id=request.auth.org_id,
+                                           name=payload.name, role=payload.role)
+    return Status(201, {"token": token, "value": raw})
+
+
+@router.delete("/{token_id}", response={204: None})
+def revoke_token(request, token_id: UUID):
+    services.revoke_api_token(actor=request.auth, token_id=token_id)
+    return Status(204, None)

@@ -1,0 +1,29 @@
+"""Redaction: what an audit row, a log line or a trace may never contain."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+REDACTED = "[redacted]"
+SECRET_KEY_PATTERN = re.compile(
+    r"pass(word)?|secret|token|api[_-]?key|authori[sz]ation|cookie|credential|private[_-]?key|^env$|^headers$",
+    re.IGNORECASE,
+)
+# Values that look like credentials whatever key they sit under.
+SECRET_VALUE_PATTERN = re.compile(
+    r"\b(al_[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{16,}|ghp_[A-Za-z0-9]{20,}|xox[bp]-[A-Za-z0-9-]{10,}|"
+    r"AKIA[0-9A-Z]{16}|Bearer\s+[A-Za-z0-9._~+/=-]{12,})"
+)
+
+
+def redact(value: Any, *, key: str = "") -> Any:
+    if key and SECRET_KEY_PATTERN.search(key):
+        return REDACTED if value not in (None, "", [], {}) else value
+    if isinstance(value, dict):
+        return {k: redact(v, key=str(k)) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact(v) for v in value]
+    if isinstance(value, str):
+        return SECRET_VALUE_PATTERN.sub(REDACTED, value)
+    return value

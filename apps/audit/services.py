@@ -1,0 +1,73 @@
+"""Writing audit events. Call `record` inside the transaction of the change it describes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any, Protocol
+from uuid import UUID
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.audit.models import GLOBAL_CHAIN, AuditChainHead, AuditEvent
+from apps.audit.redaction import redact
+
+
+class AuditActor(Protocol):
+    """Who did it: a signed-in member, an API token, or the system (see accounts.Actor)."""
+
+    label: str
+    user_id: int | None
+    token_id: UUID | None
+    ip: str | None
+
+
+def event_hash(*, prev_hash: str, seq: int, org_id: UUID | None, created_at: str, action: str,
+               actor_label: str, target: str, data: dict[str, Any]) -> str:
+    body = json.dumps(
+        [prev_hash, seq, str(org_id or ""), created_at, action, actor_label, target, data],
+        sort_keys=True, separators=(",", ":"), default=str,
+    )
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def _locked_head(chain: UUID) -> AuditChainHead:
+    head = AuditChainHead.objects.select_for_update().filter(chain=chain).first()
+    if head is not None:
+        return head
+    try:
+        with transaction.atomic():
+            AuditChainHead.objects.create(chain=chain)
+    except IntegrityError:
+        pass  # another writer created it first
+    return AuditChainHead.objects.select_for_update().get(chain=chain)
+
+
+def record(*, org_id: UUID | None, actor: AuditActor | None, action: str, target: Any = None,
+           target_label: str = "", data: dict[str, Any] | None = None) -> AuditEvent:
+    """Appends one event to the organisation's chain (redacting secrets from `data`).
+
+    Must run inside the caller's transaction: the event and the change commit together.
+    """
+    with transaction.atomic():
+        head = _locked_head(org_id or GLOBAL_CHAIN)
+        now = timezone.now()
+        clean = redact(data or {})
+        target_type = target._meta.label_lower if target is not None else ""
+        target_id = str(target.pk) if target is not None else ""
+        actor_label = actor.label if actor else "system"
+        seq = head.seq + 1
+        digest = event_hash(
+            prev_hash=head.hash, seq=seq, org_id=org_id, created_at=now.isoformat(), action=action,
+            actor_label=actor_label, target=f"{target_type}:{target_id}", data=clean,
+        )
+        event = AuditEvent.objects.create(
+            org_id=org_id, seq=seq, created_at=now, action=action, actor_label=actor_label,
+            actor_user_id=getattr(actor, "user_id", None), actor_token_id=getattr(actor, "token_id", None),
+            target_type=target_type, target_id=target_id, target_label=target_label or str(target or "")[:200],
+            data=clean, ip=getattr(actor, "ip", None), prev_hash=head.hash, hash=digest,
+        )
+        head.seq, head.hash = seq, digest
+        head.save(update_fields=["seq", "hash"])
+    return event

@@ -1,0 +1,80 @@
+"""Run web + worker + beat together: the laptop way to start Airlock.
+
+Each child gets its own process group, so Ctrl-C reaches only this launcher, which then sends
+one SIGTERM to each child (a Celery worker finishes or requeues its task), waits a grace
+period and kills what is left. Children die with the launcher (PR_SET_PDEATHSIG), so a killed
+launcher leaves no orphans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand
+
+PR_SET_PDEATHSIG = 1
+GRACE_SECONDS = 10
+
+
+def _child_setup() -> None:
+    os.setpgrp()
+    # Not on Linux: the launcher's own signal handling still stops the children.
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+class Command(BaseCommand):
+    help = "Start the web server, a Celery worker and Celery beat together; Ctrl-C stops all three."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--concurrency", type=int, default=2)
+
+    def handle(self, *args, host, port, concurrency, **options):
+        python = sys.executable
+        commands = {
+            "web": [python, "-m", "uvicorn", "config.asgi:application", "--host", host, "--port", str(port),
+                    "--no-access-log"],
+            "worker": [python, "-m", "celery", "-A", "config", "worker", "-Q", "runs,default", "-l", "info",
+                       "--concurrency", str(concurrency)],
+            "beat": [python, "-m", "celery", "-A", "config", "beat", "-l", "info",
+                     "-s", settings.CELERY_BEAT_SCHEDULE_FILENAME],
+        }
+        children = {name: subprocess.Popen(argv, preexec_fn=_child_setup) for name, argv in commands.items()}
+        self.stdout.write(self.style.SUCCESS(f"Airlock is starting on http://{host}:{port}/ (Ctrl-C stops it)"))
+        stopping = False
+
+        def stop(signum, frame):
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        while not stopping:
+            dead = [name for name, proc in children.items() if proc.poll() is not None]
+            if dead:
+                self.stderr.write(f"{', '.join(dead)} exited; stopping the others.")
+                break
+            time.sleep(0.5)
+        self._stop(children)
+
+    def _stop(self, children: dict[str, subprocess.Popen]) -> None:
+        for proc in children.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + GRACE_SECONDS
+        for name, proc in children.items():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.stderr.write(f"{name} did not stop in {GRACE_SECONDS}s; killing it.")
+                os.killpg(proc.pid, signal.SIGKILL)
+        self.stdout.write("Airlock stopped.")

@@ -1,0 +1,80 @@
+"""The demo organisation (slug `demo`): what a newcomer signs into on first start.
+
+Idempotent: a second run finds everything in place and changes nothing. Passwords are random
+per installation, kept in var/demo-logins.json (mode 600) so they can be printed again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+
+from apps.accounts import selectors as accounts
+from apps.accounts import services as accounts_services
+from apps.accounts.actors import system_actor
+from apps.accounts.models import Membership
+from apps.accounts.roles import Role
+from apps.core.errors import NotFound
+
+DEMO_SLUG = "demo"
+DEMO_USERS = [
+    ("owner@demo.example", Role.OWNER),
+    ("approver@demo.example", Role.APPROVER),
+    ("builder@demo.example", Role.BUILDER),
+    ("viewer@demo.example", Role.VIEWER),
+]
+
+
+@dataclass
+class DemoSeed:
+    created: bool
+    logins: dict[str, str | None]  # email -> password (None when unknown: set before this file existed)
+
+
+def _logins_file() -> Path:
+    return Path(settings.VAR_DIR) / "demo-logins.json"
+
+
+def _saved_logins() -> dict[str, str]:
+    path = _logins_file()
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _save_logins(logins: dict[str, str]) -> None:
+    path = _logins_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(logins, indent=2))
+    os.chmod(path, 0o600)
+
+
+def seed_demo() -> DemoSeed:
+    """Writes the demo organisation and its people if missing. Returns what to print."""
+    saved = _saved_logins()
+    try:
+        org = accounts.get_org_by_slug(DEMO_SLUG)
+        created = False
+    except NotFound:
+        owner_email = DEMO_USERS[0][0]
+        saved[owner_email] = saved.get(owner_email) or secrets.token_urlsafe(9)
+        org, _, _ = accounts_services.create_organization(
+            name="Demo Co", slug=DEMO_SLUG, owner_email=owner_email, password=saved[owner_email], via="seed_demo"
+        )
+        created = True
+    actor = system_actor(org.id, "seed_demo")
+    with transaction.atomic():
+        for email, role in DEMO_USERS[1:]:
+            if Membership.objects.filter(org=org, user__username=email).exists():
+                continue
+            if accounts.user_by_email(email) is None:
+                saved[email] = saved.get(email) or secrets.token_urlsafe(9)
+                accounts_services.ensure_user(email=email, password=saved[email])
+            accounts_services.add_member(actor=actor, email=email, role=role)
+            created = True
+    _save_logins(saved)
+    return DemoSeed(created=created, logins={email: saved.get(email) for email, _ in DEMO_USERS})

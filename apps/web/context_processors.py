@@ -1,0 +1,20 @@
+from __future__ import annotations
+
+from django.conf import settings
+
+from apps.accounts import selectors
+from apps.web.badges import pending_approvals
+
+
+def airlock(request) -> dict:
+    membership = getattr(request, "membership", None)
+    if not membership:
+        return {"signup_enabled": settings.AIRLOCK_ALLOW_SIGNUP}
+    return {
+        "membership": membership,
+        "org": membership.org,
+        "role": membership.role,
+        "memberships": selectors.memberships_of(user_id=request.user.pk),
+        "inbox_count": pending_approvals(org_id=membership.org_id),
+        "signup_enabled": settings.AIRLOCK_ALLOW_SIGNUP,
+    }

@@ -1,0 +1,90 @@
+"""Sign in, sign out, sign up, password change (reset uses Django's views as they are)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth import login
+from django.contrib.auth import views as auth_views
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse_lazy
+from django.views.decorators.http import require_POST
+
+from apps.accounts import selectors, services
+from apps.core.errors import ValidationFailed
+from apps.web.forms import EmailAuthenticationForm, SignUpForm, apply_domain_errors
+
+
+def _ip(request: HttpRequest) -> str | None:
+    return request.META.get("REMOTE_ADDR")
+
+
+class SignInView(auth_views.LoginView):
+    template_name = "web/auth/login.html"
+    form_class = EmailAuthenticationForm
+    redirect_authenticated_user = True
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        services.record_sign_in(user=form.get_user(), ip=_ip(self.request))
+        return response
+
+    def form_invalid(self, form):
+        services.record_failed_sign_in(email=form.data.get("username", ""), ip=_ip(self.request))
+        return super().form_invalid(form)
+
+
+class PasswordChangeView(auth_views.PasswordChangeView):
+    template_name = "web/auth/password_change.html"
+    success_url = reverse_lazy("web:password_change_done")
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        services.record_password_changed(user=self.request.user, ip=_ip(self.request))
+        return response
+
+
+@require_POST
+def sign_out(request: HttpRequest) -> HttpResponse:
+    from django.contrib.auth import logout
+
+    logout(request)
+    return redirect("web:login")
+
+
+def sign_up(request: HttpRequest) -> HttpResponse:
+    if not settings.AIRLOCK_ALLOW_SIGNUP:
+        raise Http404("Sign-up is turned off on this Airlock.")
+    form = SignUpForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            user, org = services.sign_up(ip=_ip(request), **form.cleaned_data)
+        except ValidationFailed as exc:
+            apply_domain_errors(form, exc)
+        else:
+            login(request, user, backend="django.contrib.auth.backends.ModelBackend")
+            request.session[selectors.SESSION_ORG_KEY] = str(org.id)
+            messages.success(request, f"Welcome to Airlock. {org.name} is ready.")
+            return redirect("web:dashboard")
+    return render(request, "web/auth/signup.html", {"form": form})
+
+
+def no_org(request: HttpRequest) -> HttpResponse:
+    if not request.user.is_authenticated:
+        return redirect("web:login")
+    if request.membership:
+        return redirect("web:dashboard")
+    return render(request, "web/auth/no_org.html")
+
+
+@require_POST
+def switch_org(request: HttpRequest) -> HttpResponse:
+    if not request.user.is_authenticated:
+        return redirect("web:login")
+    membership = selectors.membership_for(user_id=request.user.pk, org_id=request.POST.get("org_id", ""))
+    if membership is None:
+        raise Http404("No such organisation.")
+    request.session[selectors.SESSION_ORG_KEY] = str(membership.org_id)
+    messages.info(request, f"Switched to {membership.org.name}.")
+    return redirect("web:dashboard")

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from apps.accounts import selectors, services
+from apps.accounts.roles import ROLE_HELP, Role
+from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
+from apps.web.access import member_required
+from apps.web.forms import AddMemberForm, apply_domain_errors
+
+
+def _page(request: HttpRequest, form: AddMemberForm, new_password: str | None = None, status: int = 200):
+    context = {
+        "members": selectors.org_members(org_id=request.actor.org_id),
+        "form": form,
+        "roles": Role.choices,
+        "role_help": {str(k): v for k, v in ROLE_HELP.items()},
+        "can_manage": request.actor.can("members.manage"),
+        "new_password": new_password,
+    }
+    template = "web/settings/members.html#members-panel" if request.htmx else "web/settings/members.html"
+    return render(request, template, context, status=status)
+
+
+@member_required()
+def members(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        return _page(request, AddMemberForm())
+    request.actor.require("members.manage")
+    form = AddMemberForm(request.POST)
+    if not form.is_valid():
+        return _page(request, form, status=422)
+    try:
+        membership, password = services.add_member(actor=request.actor, **form.cleaned_data)
+    except (ValidationFailed, Conflict) as exc:
+        apply_domain_errors(form, exc if isinstance(exc, ValidationFailed) else ValidationFailed(exc.message))
+        return _page(request, form, status=422)
+    messages.success(request, f"{membership.user.email} added as {membership.get_role_display()}.")
+    return _page(request, AddMemberForm(), new_password=password and (membership.user.email, password))
+
+
+@require_POST
+@member_required("members.manage")
+def change_role(request: HttpRequest, member_id) -> HttpResponse:
+    try:
+        membership = services.change_role(actor=request.actor, member_id=member_id, role=request.POST.get("role", ""))
+        messages.success(request, f"{membership.user.email} is now {membership.get_role_display()}.")
+    except (PermissionDenied, Conflict, ValidationFailed) as exc:
+        messages.error(request, exc.message)
+    if request.htmx:
+        return _page(request, AddMemberForm())
+    return redirect("web:members")
+
+
+@require_POST
+@member_required("members.manage")
+def remove_member(request: HttpRequest, member_id) -> HttpResponse:
+    membership = selectors.get_member(org_id=request.actor.org_id, member_id=member_id)
+    try:
+        services.remove_member(actor=request.actor, member_id=membership.id)
+        messages.success(request, f"{membership.user.email} was removed.")
+    except (PermissionDenied, Conflict) as exc:
+        messages.error(request, exc.message)
+    if request.htmx:
+        return _page(request, AddMemberForm())
+    return redirect("web:members")

@@ -1,0 +1,33 @@
+"""The System page: which mode Airlock runs in, whether workers answer."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_POST
+
+from apps.core import selectors, services
+from apps.web.access import member_required
+
+
+@member_required()
+def system(request: HttpRequest) -> HttpResponse:
+    context = {
+        "embedded": settings.EMBEDDED,
+        "database": settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1],
+        "broker": "filesystem (embedded)" if settings.EMBEDDED else "Redis",
+        "layer": "database-backed (embedded)" if settings.EMBEDDED else "Redis",
+        "heartbeats": selectors.worker_heartbeats(),
+    }
+    return render(request, "web/settings/system.html", context)
+
+
+@require_POST
+@member_required()
+def check_worker(request: HttpRequest) -> HttpResponse:
+    check_id = str(uuid.uuid4())
+    services.request_worker_check(org_id=str(request.actor.org_id), check_id=check_id)
+    return render(request, "web/partials/_worker_check.html", {"check_id": check_id, "state": "waiting"})

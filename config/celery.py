@@ -1,0 +1,57 @@
+"""The Celery app: reliability settings from shared/reference/security-and-reliability.md.
+
+- Late acks with reject-on-worker-lost: a task whose worker dies is redelivered, so every
+  task must be safe to run twice (the run's own rows make that so; redeliveries are counted
+  on those rows and capped there).
+- Prefetch 1, JSON only, and a task base that refuses anything but ids as arguments.
+- Long waits live in database rows swept by beat, never in countdowns.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+from celery import Celery
+from celery.contrib.django.task import DjangoTask
+from celery.schedules import crontab  # noqa: F401  (used by later beat entries)
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+
+ID_TYPES = (str, int, uuid.UUID, type(None))
+
+
+class IdOnlyTask(DjangoTask):
+    """Tasks carry ids only: a model object or a secret must never reach the broker."""
+
+    def apply_async(self, args=None, kwargs=None, *rest, **options):
+        for value in [*(args or ()), *(kwargs or {}).values()]:
+            if not isinstance(value, ID_TYPES):
+                raise TypeError(f"{self.name}: task arguments must be ids, got {type(value).__name__}")
+        args = tuple(str(a) if isinstance(a, uuid.UUID) else a for a in (args or ()))
+        kwargs = {k: str(v) if isinstance(v, uuid.UUID) else v for k, v in (kwargs or {}).items()}
+        return super().apply_async(args, kwargs, *rest, **options)
+
+
+app = Celery("airlock", task_cls=IdOnlyTask)
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.update(
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    task_ignore_result=True,
+    task_default_queue="default",
+    task_routes={"apps.runs.tasks.*": {"queue": "runs"}},
+    broker_connection_retry_on_startup=True,
+    worker_hijack_root_logger=False,
+    worker_send_task_events=False,
+    beat_schedule={
+        "worker-heartbeat": {"task": "apps.core.tasks.record_worker_heartbeat", "schedule": 30.0},
+        "prune-broadcasts": {"task": "apps.core.tasks.prune_broadcasts", "schedule": 60.0},
+    },
+)
+app.autodiscover_tasks()
+

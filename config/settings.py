@@ -1,0 +1,223 @@
+"""Airlock settings: one module, driven by environment variables.
+
+With no DATABASE_URL / REDIS_URL Airlock runs embedded: SQLite in WAL mode, a filesystem
+Celery broker and a database-backed channel layer, so a laptop needs nothing but Python.
+With them set it is the production stack (Postgres, Redis). Same code paths either way.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dj_database_url
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(os.environ.get("AIRLOCK_VAR_DIR", BASE_DIR / "var")).resolve()
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    return value.strip().lower() in {"1", "true", "yes", "on"}
+
+
+def env_list(name: str, default: str = "") -> list[str]:
+    return [item.strip() for item in os.environ.get(name, default).split(",") if item.strip()]
+
+
+DEBUG = env_bool("DEBUG", default=False)
+SECRET_KEY = os.environ.get("SECRET_KEY", "")
+if not SECRET_KEY:
+    if not DEBUG:
+        raise RuntimeError("SECRET_KEY must be set when DEBUG is off (see README: Configuration).")
+    SECRET_KEY = "airlock-insecure-development-key-do-not-use-in-production"
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
+
+# Fernet keys (comma-separated, newest first) for secrets at rest. In DEBUG a key derived
+# from SECRET_KEY is used when none is given; a deploy check refuses that in production.
+AIRLOCK_ENCRYPTION_KEYS = env_list("AIRLOCK_ENCRYPTION_KEY")
+AIRLOCK_ALLOW_SIGNUP = env_bool("AIRLOCK_ALLOW_SIGNUP", default=True)
+AIRLOCK_EGRESS_ALLOW_PRIVATE = env_bool("AIRLOCK_EGRESS_ALLOW_PRIVATE", default=False)
+AIRLOCK_BASE_URL = os.environ.get("AIRLOCK_BASE_URL", "http://127.0.0.1:8000")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django.contrib.humanize",
+    "channels",
+    "django_htmx",
+    "template_partials",
+    # Domain apps, in dependency order (ARCHITECTURE.md section 2).
+    "apps.core",
+    "apps.accounts",
+    "apps.audit",
+    "apps.api",
+    "apps.web",
+    "apps.demo",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+    "apps.web.middleware.CurrentOrganizationMiddleware",
+    "apps.web.errors.DomainErrorMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+                "apps.web.context_processors.airlock",
+            ],
+        },
+    }
+]
+
+# --- Database -------------------------------------------------------------------------------
+DATABASE_URL = os.environ.get("DATABASE_URL", "")
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+else:
+    VAR_DIR.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": VAR_DIR / "airlock.sqlite3",
+            # A web process and a worker write at once: WAL + IMMEDIATE transactions + a busy
+            # timeout gave zero "database is locked" errors in a 2-writer stress here.
+            "OPTIONS": {
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000",
+                "transaction_mode": "IMMEDIATE",
+            },
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- Redis: Celery broker and channel layer --------------------------------------------------
+REDIS_URL = os.environ.get("REDIS_URL", "")
+EMBEDDED = not REDIS_URL
+
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                # redis-py 8 defaults socket_timeout to 5 s, which kills idle consumers
+                # ("Timeout reading from ..."); a blocking read must wait forever.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                "prefix": os.environ.get("AIRLOCK_CHANNEL_PREFIX", "airlock"),
+            },
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "apps.core.channel_layer.DatabaseChannelLayer",
+            "CONFIG": {"poll_interval": 0.1},
+        }
+    }
+
+BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_URL = REDIS_URL or "filesystem://localhost//"
+CELERY_BROKER_TRANSPORT_OPTIONS = (
+    {"visibility_timeout": 3600}
+    if REDIS_URL
+    else {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "control_folder": str(BROKER_DIR / "control"),
+        "store_processed": False,
+        "polling_interval": 0.1,
+    }
+)
+if not REDIS_URL:
+    for folder in ("queue", "processed", "control"):
+        (BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
+
+# --- Auth -----------------------------------------------------------------------------------
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator", "OPTIONS": {"min_length": 10}},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "web:login"
+LOGIN_REDIRECT_URL = "web:dashboard"
+LOGOUT_REDIRECT_URL = "web:login"
+
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "airlock@localhost")
+
+# --- i18n, static ---------------------------------------------------------------------------
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+WHITENOISE_USE_FINDERS = DEBUG
+
+# --- Security -------------------------------------------------------------------------------
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+if not DEBUG:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", default=True)
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", "31536000"))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=True)
+    # Health checks come from inside the cluster over plain HTTP.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "loggers": {"django.channels.server": {"level": "WARNING"}},
+}

@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.factories import add_member, make_org, owner_of
+
+
+@pytest.fixture
+def org(db):
+    return make_org("Acme")
+
+
+@pytest.fixture
+def owner(org):
+    return owner_of(org)
+
+
+@pytest.fixture
+def admin(org):
+    return add_member(org, "admin")
+
+
+@pytest.fixture
+def builder(org):
+    return add_member(org, "builder")
+
+
+@pytest.fixture
+def approver(org):
+    return add_member(org, "approver")
+
+
+@pytest.fixture
+def viewer(org):
+    return add_member(org, "viewer")
+
+
+@pytest.fixture
+def outsider(db):
+    """The owner of another organisation, who must never see Acme's things."""
+    return owner_of(make_org("Globex"))
+
+
+def signed_in(client, membership):
+    client.force_login(membership.user)
+    return client

@@ -1,0 +1,43 @@
+"""Plain factory functions and the personas tests speak about."""
+
+from __future__ import annotations
+
+import itertools
+
+from django.contrib.auth import get_user_model
+
+from apps.accounts import services
+from apps.accounts.actors import member_actor
+from apps.accounts.models import Membership, Organization
+from apps.accounts.roles import Role
+
+User = get_user_model()
+_seq = itertools.count(1)
+PASSWORD = "correct-horse-battery-staple"
+
+
+def make_user(email: str | None = None, password: str = PASSWORD):
+    email = email or f"user{next(_seq)}@example.com"
+    return services.ensure_user(email=email, password=password)
+
+
+def make_org(name: str | None = None, owner_email: str | None = None) -> Organization:
+    n = next(_seq)
+    owner = make_user(owner_email or f"owner{n}@example.com")
+    org, _, _ = services.create_organization(name=name or f"Org {n}", owner_email=owner.email)
+    return org
+
+
+def owner_of(org: Organization) -> Membership:
+    return Membership.objects.filter(org=org, role=Role.OWNER).select_related("user", "org").first()
+
+
+def add_member(org: Organization, role: str, email: str | None = None) -> Membership:
+    user = make_user(email)
+    membership, _ = services.add_member(actor=member_actor(owner_of(org)), email=user.email, role=role)
+    return Membership.objects.select_related("user", "org").get(pk=membership.pk)
+
+
+def token_for(org: Organization, role: str = Role.ADMIN, name: str = "test") -> str:
+    _, raw = services.create_api_token(actor=None, org_id=org.id, name=name, role=role)
+    return raw
