@@ -58,6 +58,7 @@ INSTALLED_APPS = [
     # Domain apps, in dependency order (ARCHITECTURE.md section 2).
     "apps.core",
     "apps.accounts",
+    "apps.registry",
     "apps.audit",
     "apps.api",
     "apps.web",
