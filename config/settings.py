@@ -59,6 +59,8 @@ INSTALLED_APPS = [
     "apps.core",
     "apps.accounts",
     "apps.registry",
+    "apps.agents",
+    "apps.crews",
     "apps.audit",
     "apps.api",
     "apps.web",
@@ -101,21 +103,18 @@ TEMPLATES = [
 
 # --- Database -------------------------------------------------------------------------------
 DATABASE_URL = os.environ.get("DATABASE_URL", "")
+VAR_DIR.mkdir(parents=True, exist_ok=True)
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
 else:
-    VAR_DIR.mkdir(parents=True, exist_ok=True)
-    DATABASES = {
-        "default": {
-            "ENGINE": "django.db.backends.sqlite3",
-            "NAME": VAR_DIR / "airlock.sqlite3",
-            # A web process and a worker write at once: WAL + IMMEDIATE transactions + a busy
-            # timeout gave zero "database is locked" errors in a 2-writer stress here.
-            "OPTIONS": {
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000",
-                "transaction_mode": "IMMEDIATE",
-            },
-        }
+    DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "airlock.sqlite3"}}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # A web process and a worker write at once: WAL + IMMEDIATE transactions + a busy
+    # timeout gave zero "database is locked" errors in a 2-writer stress here.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000",
+        "transaction_mode": "IMMEDIATE",
     }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

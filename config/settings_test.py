@@ -1,23 +1,34 @@
 """Test settings: the real settings with fast password hashing and plain-HTTP cookies.
 
 Tests use the services named by DATABASE_URL / REDIS_URL (CI sets both); without them they
-exercise the embedded mode.
+exercise the embedded mode. Every test session gets its own run id, inherited by the server
+and worker processes it starts, so concurrent sessions never share a database, a broker
+queue, a channel-layer prefix or a var/ folder.
 """
 
 import os
+from pathlib import Path
 
+RUN_ID = os.environ.setdefault("AIRLOCK_TEST_RUN_ID", f"t{os.getpid()}")
 os.environ.setdefault("SECRET_KEY", "airlock-test-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz")
 os.environ.setdefault("AIRLOCK_ENCRYPTION_KEY", "aP4XjMozeMei1iJ0WDWY_CRpsi7-AQeKtHVTcQ7iOeQ=")
-os.environ.setdefault("AIRLOCK_VAR_DIR", os.path.join(os.path.dirname(os.path.dirname(__file__)), "var", "test"))
+os.environ.setdefault("AIRLOCK_VAR_DIR", str(Path(__file__).resolve().parent.parent / "var" / "test" / RUN_ID))
 os.environ.setdefault("AIRLOCK_EGRESS_ALLOW_PRIVATE", "1")
-os.environ.setdefault("AIRLOCK_CHANNEL_PREFIX", f"airlock-test-{os.getpid()}")
+os.environ.setdefault("AIRLOCK_CHANNEL_PREFIX", f"airlock-{RUN_ID}")
 
-from config.settings import *  # noqa: F403
+from config.settings import *  # noqa: E402, F403
 
 ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):  # noqa: F405
     # A file, not pytest-django's in-memory default, so live servers and workers share it.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}  # noqa: F405
+else:
+    DATABASES["default"]["TEST"] = {"NAME": f"test_airlock_{RUN_ID}"}  # noqa: F405
+    # Threads of database_sync_to_async must not keep connections open past the session.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
+if REDIS_URL:  # noqa: F405
+    CELERY_BROKER_TRANSPORT_OPTIONS = {**CELERY_BROKER_TRANSPORT_OPTIONS, "global_keyprefix": f"{RUN_ID}:"}  # noqa: F405
+
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 SECURE_SSL_REDIRECT = False
 SESSION_COOKIE_SECURE = False

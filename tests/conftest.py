@@ -44,3 +44,26 @@ def outsider(db):
 def signed_in(client, membership):
     client.force_login(membership.user)
     return client
+
+
+@pytest.fixture(scope="session")
+def process_logs(tmp_path_factory):
+    return tmp_path_factory.mktemp("process-logs")
+
+
+@pytest.fixture(scope="session")
+def live_url(django_db_setup, process_logs):
+    """A real uvicorn server (HTTP + websockets) on the test database. Use with transactional_db."""
+    from tests.processes import web_server
+
+    with web_server(process_logs) as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
+def worker(django_db_setup, process_logs):
+    """A real Celery worker on the test database and broker. Use with transactional_db."""
+    from tests.processes import celery_worker
+
+    with celery_worker(process_logs) as proc:
+        yield proc

@@ -33,7 +33,7 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
         self._delivered: dict[int, float] = {}
 
     async def group_send(self, group: str, message: dict) -> None:
-        self._require_valid_group_name(group)
+        self.require_valid_group_name(group)
         await database_sync_to_async(_insert)(group, message)
 
     async def group_add(self, group: str, channel: str) -> None:

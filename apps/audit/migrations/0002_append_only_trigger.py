@@ -1,5 +1,5 @@
-"""On Postgres, refuse UPDATE and DELETE of audit rows in the database itself, so not even
-a raw query or a bug elsewhere can rewrite history."""
+"""Refuse UPDATE and DELETE of audit rows in the database itself (Postgres and SQLite), so
+not even a raw query or a bug elsewhere can rewrite history."""
 
 from django.db import migrations
 
@@ -19,14 +19,28 @@ DROP FUNCTION IF EXISTS audit_event_append_only();
 """
 
 
+SQLITE_CREATE = [
+    f"""CREATE TRIGGER audit_event_no_{op.lower()} BEFORE {op} ON audit_auditevent
+    BEGIN SELECT RAISE(ABORT, 'audit events are append-only'); END;"""
+    for op in ("UPDATE", "DELETE")
+]
+SQLITE_DROP = ["DROP TRIGGER IF EXISTS audit_event_no_update", "DROP TRIGGER IF EXISTS audit_event_no_delete"]
+
+
 def forwards(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(CREATE)
+    elif schema_editor.connection.vendor == "sqlite":
+        for statement in SQLITE_CREATE:
+            schema_editor.execute(statement)
 
 
 def backwards(apps, schema_editor):
     if schema_editor.connection.vendor == "postgresql":
         schema_editor.execute(DROP)
+    elif schema_editor.connection.vendor == "sqlite":
+        for statement in SQLITE_DROP:
+            schema_editor.execute(statement)
 
 
 class Migration(migrations.Migration):

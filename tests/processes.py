@@ -1,0 +1,111 @@
+"""Real Airlock processes for tests: the ASGI web server and a Celery worker, on the test database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_database_url() -> str:
+    """The URL of the database pytest-django created, for child processes."""
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{db['NAME']}"
+    user = quote(db.get("USER") or "")
+    password = f":{quote(db['PASSWORD'])}" if db.get("PASSWORD") else ""
+    return f"postgres://{user}{password}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test", "DATABASE_URL": test_database_url(),
+           "PYTHONUNBUFFERED": "1", **extra}
+    if settings.REDIS_URL:
+        env["REDIS_URL"] = settings.REDIS_URL
+    else:
+        env.pop("REDIS_URL", None)
+    return env
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited early:\n{log.read_text()[-3000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing listening on {port} after {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+def wait_for_text(log: Path, text: str, proc: subprocess.Popen, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if text in log.read_text(errors="replace"):
+            return
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited early:\n{log.read_text()[-3000:]}")
+        time.sleep(0.1)
+    raise RuntimeError(f"{text!r} not seen after {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+def stop(proc: subprocess.Popen, timeout: float = 10) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@contextmanager
+def web_server(log_dir: Path, **env: str):
+    port = free_port()
+    log = log_dir / f"web-{port}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+             "--no-access-log"],
+            cwd=ROOT, env=child_env(**env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        wait_for_port(port, proc, log)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+
+
+@contextmanager
+def celery_worker(log_dir: Path, *, concurrency: int = 2, **env: str):
+    log = log_dir / f"worker-{time.monotonic_ns()}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "runs,default", "-l", "info",
+             "--concurrency", str(concurrency), "--without-mingle", "--without-gossip", "-n",
+             f"test-{time.monotonic_ns()}@%h"],
+            cwd=ROOT, env=child_env(**env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        wait_for_text(log, "ready.", proc, timeout=60)
+        yield proc
+    finally:
+        stop(proc, timeout=15)
