@@ -61,6 +61,8 @@ INSTALLED_APPS = [
     "apps.registry",
     "apps.agents",
     "apps.crews",
+    "apps.agents",
+    "apps.crews",
     "apps.audit",
     "apps.api",
     "apps.web",

@@ -1,0 +1,145 @@
+"""The provider layer: a pydantic-ai model from an LLM connection's settings.
+
+Plain values in, a `pydantic_ai.models.Model` out; the engine builds models per process from
+its run snapshot with `build_model`, the connection page's "test connection" button uses
+`check_connection`. Provider HTTP is pydantic-ai's (OpenAI and Anthropic SDKs), never ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic_ai import direct
+from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, UserError
+from pydantic_ai.messages import ModelRequest, TextPart
+from pydantic_ai.models import Model
+from pydantic_ai.settings import ModelSettings
+
+from apps.agents.scripted import scripted_model
+
+PROVIDERS = ("scripted", "openai", "openai_compatible", "anthropic")
+NEEDS_BASE_URL = {"openai_compatible"}
+DEFAULT_TIMEOUT_S = 30.0
+CHECK_TIMEOUT_S = 10.0
+# The engine owns retries (with backoff and jitter); the SDKs must not retry behind its back.
+BASE_SETTINGS: ModelSettings = {"max_retries": 0, "timeout": DEFAULT_TIMEOUT_S}
+
+
+@dataclass(frozen=True)
+class ConnectionSpec:
+    """What a model needs from an LLM connection (the API key already decrypted)."""
+
+    provider: str
+    base_url: str = ""
+    api_key: str | None = None
+
+
+def clean_base_url(value: str) -> str:
+    """Checks a base URL's shape (http/https, a host). Raises ValueError with a message for the form."""
+    value = (value or "").strip()
+    if not value:
+        return ""
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("Use an http:// or https:// URL, e.g. http://localhost:11434/v1.")
+    if parts.username or parts.password:
+        raise ValueError("Put credentials in the API key, not in the URL.")
+    return value.rstrip("/")
+
+
+def build_model(spec: ConnectionSpec, *, model_name: str, script: list[dict[str, Any]] | None = None,
+                inputs: Mapping[str, Any] | None = None, turn_offset: int = 0,
+                timeout_s: float = DEFAULT_TIMEOUT_S) -> Model:
+    """A ready-to-call pydantic-ai model. Raises ValueError for an unusable configuration."""
+    settings: ModelSettings = {**BASE_SETTINGS, "timeout": timeout_s}
+    if spec.provider == "scripted":
+        return scripted_model(script or [], inputs=inputs, turn_offset=turn_offset, name=model_name or "scripted")
+    if not model_name:
+        raise ValueError("Choose a model name for this agent.")
+    if spec.provider in ("openai", "openai_compatible"):
+        from pydantic_ai.models.openai import OpenAIChatModel
+        from pydantic_ai.providers.openai import OpenAIProvider
+
+        if spec.provider == "openai_compatible" and not spec.base_url:
+            raise ValueError("An OpenAI-compatible connection needs a base URL.")
+        # Local servers (Ollama, vLLM) often take no key, but the SDK insists on one.
+        provider = OpenAIProvider(base_url=spec.base_url or None, api_key=spec.api_key or "not-needed")
+        return OpenAIChatModel(model_name, provider=provider, settings=settings)
+    if spec.provider == "anthropic":
+        from pydantic_ai.models.anthropic import AnthropicModel
+        from pydantic_ai.providers.anthropic import AnthropicProvider
+
+        provider = AnthropicProvider(api_key=spec.api_key or "missing-key", base_url=spec.base_url or None)
+        return AnthropicModel(model_name, provider=provider, settings=settings)
+    raise ValueError(f"Unknown provider {spec.provider!r}.")
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    ok: bool
+    message: str  # shown to the person who pressed "test connection"
+    latency_ms: int | None = None
+
+
+def check_connection(spec: ConnectionSpec, *, model_name: str, timeout_s: float = CHECK_TIMEOUT_S) -> CheckResult:
+    """Makes one tiny real call (a few output tokens) and says what happened, in the provider's words."""
+    if spec.provider == "scripted":
+        return CheckResult(True, "The scripted provider is built in: no network, always available.")
+    started = time.monotonic()
+    try:
+        model = build_model(spec, model_name=model_name, timeout_s=timeout_s)
+        response = asyncio.run(asyncio.wait_for(direct.model_request(
+            model, [ModelRequest.user_text_prompt("Reply with the single word OK.")],
+            model_settings={"max_tokens": 5, "max_retries": 0, "timeout": timeout_s},
+        ), timeout=timeout_s + 2))
+    except (ValueError, UserError) as exc:
+        return CheckResult(False, _scrub(str(exc), spec))
+    except TimeoutError:
+        return CheckResult(False, f"No answer from {_where(spec)} within {timeout_s:.0f} seconds.")
+    except ModelHTTPError as exc:
+        return CheckResult(False, _scrub(f"{_where(spec)} answered HTTP {exc.status_code}: {_body_message(exc)}",
+                                         spec))
+    except ModelAPIError as exc:
+        return CheckResult(False, _scrub(f"Could not reach {_where(spec)}: {_root_message(exc)}", spec))
+    latency = int((time.monotonic() - started) * 1000)
+    text = "".join(p.content for p in response.parts if isinstance(p, TextPart)).strip()
+    return CheckResult(True, f"Connected to {_where(spec)}: {response.model_name or model_name} replied "
+                             f"{text[:40]!r} in {latency} ms.", latency)
+
+
+def _where(spec: ConnectionSpec) -> str:
+    if spec.base_url:
+        return urlsplit(spec.base_url).netloc or spec.base_url
+    return {"openai": "OpenAI", "anthropic": "Anthropic"}.get(spec.provider, spec.provider)
+
+
+def _body_message(exc: ModelHTTPError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+    return str(body or exc.message or "no details")[:300]
+
+
+def _root_message(exc: BaseException) -> str:
+    """The innermost cause's message (\"Connection refused\", \"Name or service not known\")."""
+    seen = exc
+    while seen.__cause__ is not None or seen.__context__ is not None:
+        seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
+    message = str(seen) or type(seen).__name__
+    return message if seen is exc else f"{exc.message if hasattr(exc, 'message') else exc} ({message})"
+
+
+def _scrub(message: str, spec: ConnectionSpec) -> str:
+    """Never echo a key back, even when a provider quotes it in an error."""
+    if spec.api_key and len(spec.api_key) >= 4:
+        message = message.replace(spec.api_key, "[redacted]")
+    return message[:500]

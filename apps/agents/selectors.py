@@ -1,0 +1,151 @@
+"""Tenant-scoped reads for LLM connections, agents, grants and versions, and the policy dry run."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.core.exceptions import ValidationError
+from django.db.models import Count, Q, QuerySet
+
+from apps.agents.models import Agent, AgentVersion, LlmConnection, ToolGrant
+from apps.agents.policy import CallFacts, PolicyDecision, decide
+from apps.agents.prompts import compose_system_prompt
+from apps.core.errors import NotFound
+from apps.registry.models import Tool
+
+
+def org_connections(*, org_id: UUID) -> QuerySet[LlmConnection]:
+    return LlmConnection.objects.filter(org_id=org_id).annotate(agent_count=Count("agents")).order_by("name")
+
+
+def get_connection(*, org_id: UUID, connection_id: UUID | str) -> LlmConnection:
+    try:
+        return LlmConnection.objects.get(org_id=org_id, id=connection_id)
+    except (LlmConnection.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such LLM connection.") from None
+
+
+def org_agents(*, org_id: UUID, enabled: bool | None = None) -> QuerySet[Agent]:
+    agents = (Agent.objects.filter(org_id=org_id).select_related("connection")
+              .prefetch_related("grants__tool__server").annotate(grant_count=Count("grants")))
+    if enabled is not None:
+        agents = agents.filter(enabled=enabled)
+    return agents.order_by("name")
+
+
+def get_agent(*, org_id: UUID, agent_id: UUID | str) -> Agent:
+    try:
+        return (Agent.objects.select_related("connection").prefetch_related("grants__tool__server")
+                .get(org_id=org_id, id=agent_id))
+    except (Agent.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such agent.") from None
+
+
+def agent_grants(agent: Agent) -> list[ToolGrant]:
+    return sorted(agent.grants.all(), key=lambda g: g.tool.qualified_name)
+
+
+def agent_versions(*, agent: Agent) -> QuerySet[AgentVersion]:
+    return AgentVersion.objects.filter(org_id=agent.org_id, agent=agent).order_by("-number")
+
+
+def grantable_tools(*, org_id: UUID, server: str = "", risk: str = "", tier: str = "",
+                    search: str = "") -> QuerySet[Tool]:
+    """Registry tools an agent could be granted (removed ones are left out), filtered as the picker asks."""
+    tools = Tool.objects.filter(org_id=org_id).exclude(state="removed").select_related("server")
+    if server:
+        tools = tools.filter(server__name=server)
+    if risk:
+        tools = tools.filter(risk=risk)
+    if tier:
+        tools = tools.filter(server__trust_tier=tier)
+    if search:
+        tools = tools.filter(Q(qualified_name__icontains=search) | Q(description__icontains=search))
+    return tools.order_by("qualified_name")
+
+
+def find_tool(*, org_id: UUID, ref: str) -> Tool | None:
+    """A tool by qualified name (`server.tool`) or id, in this organisation."""
+    tools = Tool.objects.filter(org_id=org_id).select_related("server")
+    try:
+        return tools.get(id=UUID(str(ref)))
+    except (ValueError, Tool.DoesNotExist):
+        return tools.filter(qualified_name=str(ref).strip()).first()
+
+
+def crews_using(agent: Agent) -> list[str]:
+    """Names of the crews that use this agent (as a task's agent, a member or the supervisor).
+
+    Reads the reverse relations the crews app declares, so agents never imports crews.
+    """
+    names = set(agent.crew_tasks.values_list("crew__name", flat=True))
+    names |= set(agent.crew_memberships.values_list("crew__name", flat=True))
+    names |= set(agent.supervised_crews.values_list("name", flat=True))
+    return sorted(names)
+
+
+def call_facts(grant: ToolGrant, *, arguments: dict[str, Any] | None = None, tainted: bool = False) -> CallFacts:
+    tool = grant.tool
+    return CallFacts(tool=tool.qualified_name, risk=tool.risk, state=tool.state, pinned=tool.is_pinned,
+                     trust_tier=tool.server.trust_tier, grant=grant.policy, condition=grant.condition,
+                     arguments=arguments, tainted=tainted)
+
+
+@dataclass(frozen=True)
+class EffectivePermission:
+    grant: ToolGrant
+    now: PolicyDecision  # a call in a clean run, before arguments are known
+    tainted: PolicyDecision  # the same call after the run has read untrusted content
+
+
+def effective_permissions(agent: Agent) -> list[EffectivePermission]:
+    """For each granted tool, what the engine's policy point will decide and why (a dry run of `decide`)."""
+    return [EffectivePermission(g, decide(call_facts(g)), decide(call_facts(g, tainted=True)))
+            for g in agent_grants(agent)]
+
+
+def system_prompt(agent: Agent) -> str:
+    return compose_system_prompt(name=agent.name, role=agent.role, instructions=agent.instructions,
+                                 in_scope=agent.in_scope, out_of_scope=agent.out_of_scope)
+
+
+def agent_snapshot(agent: Agent) -> dict[str, Any]:
+    """Everything that defines an agent, as JSON (no secrets): stored per version, snapshotted per run."""
+    connection = agent.connection
+    return {
+        "name": agent.name, "role": agent.role, "instructions": agent.instructions, "in_scope": agent.in_scope,
+        "out_of_scope": agent.out_of_scope,
+        "connection": {"id": str(connection.id), "name": connection.name, "provider": connection.provider,
+                       "base_url": connection.base_url},
+        "model": agent.model, "temperature": agent.temperature, "max_steps": agent.max_steps,
+        "budget_usd": None if agent.budget_usd is None else str(agent.budget_usd),
+        "script": agent.script, "enabled": agent.enabled,
+        "grants": [{"tool": g.tool.qualified_name, "tool_id": str(g.tool_id), "policy": g.policy,
+                    "condition": g.condition} for g in agent_grants(agent)],
+    }
+
+
+def diff_snapshots(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, list[Any]]:
+    """{field: [before, after]} for every field that differs."""
+    if before is None:
+        return {}
+    return {key: [before.get(key), value] for key, value in after.items() if before.get(key) != value}
+
+
+def diff_lines(before: Any, after: Any) -> list[tuple[str, str]]:
+    """A line diff of two field values for the history page: [("+"|"-"|" ", line)]."""
+    def lines(value: Any) -> list[str]:
+        if isinstance(value, str):
+            return value.splitlines() or [""]
+        return json.dumps(value, indent=2, sort_keys=True, default=str).splitlines()
+
+    out = []
+    for line in difflib.ndiff(lines(before), lines(after)):
+        if line.startswith("? "):
+            continue
+        out.append((line[0], line[2:]))
+    return out
