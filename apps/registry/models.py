@@ -91,6 +91,7 @@ class McpServer(TenantModel):
     prompts = models.JSONField(default=list, blank=True)
     last_synced_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
+    sync_warnings = models.JSONField(default=list, blank=True)  # e.g. tools refused for their names
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["org", "name"], name="mcp_server_org_name")]

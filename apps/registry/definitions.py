@@ -1,0 +1,84 @@
+"""What a tool definition is, for pinning and policy: its canonical form and hash, its risk
+class, its qualified name, and the diff between two definitions. Pure functions, no I/O."""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import re
+from typing import Any
+
+from apps.registry.models import Risk, RiskSource, TrustTier
+
+SERVER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+MODEL_TOOL_NAME_MAX = 64  # OpenAI's limit; Anthropic allows 128
+SERVER_NAME_RULE = "Use 1-32 lowercase letters, digits or hyphens, starting with a letter."
+
+
+def canonical_definition(*, name: str, title: str | None, description: str | None, input_schema: Any,
+                         output_schema: Any, annotations: Any) -> dict[str, Any]:
+    """The whole definition a model sees or an agent relies on; the pin covers all of it."""
+    return {
+        "name": name,
+        "title": title or "",
+        "description": description or "",
+        "input_schema": input_schema or {},
+        "output_schema": output_schema,
+        "annotations": annotations or None,
+    }
+
+
+def definition_hash(definition: dict[str, Any]) -> str:
+    body = json.dumps(definition, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def classify_risk(*, tier: str, annotations: dict[str, Any] | None) -> tuple[str, str]:
+    """(risk, risk_source). Annotations are claims: believed only from official/internal servers.
+
+    destructiveHint=true -> dangerous (even if it also claims read-only); readOnlyHint=true -> read;
+    anything else -> write. No annotations, or a third_party server -> write by default.
+    """
+    if tier == TrustTier.THIRD_PARTY or not annotations:
+        return Risk.WRITE, RiskSource.DEFAULT
+    if annotations.get("destructiveHint") is True:
+        return Risk.DANGEROUS, RiskSource.ANNOTATIONS
+    if annotations.get("readOnlyHint") is True:
+        return Risk.READ, RiskSource.ANNOTATIONS
+    return Risk.WRITE, RiskSource.ANNOTATIONS
+
+
+def server_name_error(name: str) -> str | None:
+    if not SERVER_NAME_RE.match(name or ""):
+        return SERVER_NAME_RULE
+    return None
+
+
+def qualified_name(server_name: str, tool_name: str) -> str:
+    return f"{server_name}.{tool_name}"
+
+
+def model_tool_name(qualified: str) -> str:
+    """The name a model sees: providers refuse dots, so `orders.get_status` -> `orders__get_status`."""
+    return qualified.replace(".", "__", 1)
+
+
+def tool_name_error(server_name: str, tool_name: str) -> str | None:
+    """Why this tool cannot be offered to a model under `server.tool`, or None."""
+    if not TOOL_NAME_RE.match(tool_name or ""):
+        return (f"Tool name {tool_name!r} cannot be a model tool name: only letters, digits, '_' and '-' "
+                "(1-64 characters) are allowed.")
+    if len(model_tool_name(qualified_name(server_name, tool_name))) > MODEL_TOOL_NAME_MAX:
+        return (f"Tool name {server_name}.{tool_name} is too long for a model tool name "
+                f"(at most {MODEL_TOOL_NAME_MAX} characters with the server prefix).")
+    return None
+
+
+def definition_diff(old: dict[str, Any] | None, new: dict[str, Any]) -> str:
+    """A unified diff of two definitions as pretty JSON (empty when equal)."""
+    def lines(d: dict[str, Any] | None) -> list[str]:
+        return json.dumps(d or {}, indent=2, sort_keys=True, ensure_ascii=False).splitlines(keepends=True)
+
+    return "".join(difflib.unified_diff(lines(old), lines(new), fromfile="pinned", tofile="current"))

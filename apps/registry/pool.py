@@ -1,0 +1,223 @@
+"""Live MCP sessions inside a worker process, one per server, for tool calls.
+
+Connecting costs ~1 s for a Python stdio server, a call ~2 ms: so each server keeps one open
+session in a background event loop (one thread per process). A session whose server died is
+dropped and the next call starts a new one; a changed registration (command, env, URL, ...)
+restarts it. Each session lives in its own task: one bad server never takes the others down.
+While a session is open, the server's list-changed notices enqueue a re-sync.
+
+A failed call is never retried here: the request may have reached the server, and only the
+run engine's ledger may decide what a second attempt means.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import threading
+from collections.abc import Callable
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from mcp import MCPError
+from mcp.types import (
+    PromptListChangedNotification,
+    ResourceListChangedNotification,
+    ToolListChangedNotification,
+)
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+
+from apps.registry import selectors
+from apps.registry.connection import ServerSpec, connect, describe_error, spec_for, stderr_tail
+
+logger = logging.getLogger(__name__)
+LIST_CHANGED = (ToolListChangedNotification, PromptListChangedNotification, ResourceListChangedNotification)
+
+
+class ToolCallFailed(Exception):
+    """The call did not produce a result (server down, timeout, crash); the message is readable."""
+
+
+class ToolCallTimeout(ToolCallFailed):
+    """No answer within the timeout; the server was asked to cancel the call."""
+
+
+@dataclass
+class ToolCallResult:
+    is_error: bool
+    content: list[dict[str, Any]]
+    structured_content: dict[str, Any] | None
+
+    @property
+    def text(self) -> str:
+        return "\n".join(c.get("text", "") for c in self.content if c.get("type") == "text")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"is_error": self.is_error, "content": self.content, "structured_content": self.structured_content}
+
+
+def _enqueue_sync(server_id: str) -> None:
+    from apps.registry import tasks
+
+    tasks.sync_server.delay(server_id)
+
+
+class _Session:
+    """One server's open client, kept alive by its own task until closed or dead."""
+
+    def __init__(self, spec: ServerSpec, on_list_changed: Callable[[str], None]) -> None:
+        self.spec, self.on_list_changed = spec, on_list_changed
+        self.client: Any = None
+        self.error = ""
+        self.dead = False
+        self.ready, self.stop = asyncio.Event(), asyncio.Event()
+        self.errlog = tempfile.TemporaryFile("w+")  # noqa: SIM115 (lives as long as the session)
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"mcp:{spec.name}")
+
+    async def _run(self) -> None:
+        try:
+            async with connect(self.spec, errlog=self.errlog, message_handler=self._on_message) as client:
+                self.client = client
+                self.ready.set()
+                if client.protocol_version in MODERN_PROTOCOL_VERSIONS and client.server_capabilities.tools \
+                        and client.server_capabilities.tools.list_changed:
+                    listener = asyncio.create_task(self._listen(client))
+                    await self.stop.wait()
+                    listener.cancel()
+                else:
+                    await self.stop.wait()
+        except Exception as exc:
+            self.error = describe_error(exc, spec=self.spec, stderr=stderr_tail(self.errlog))
+            logger.warning("MCP session for server %s ended: %s", self.spec.id, self.error.splitlines()[0])
+        finally:
+            self.dead = True
+            self.ready.set()
+            self.errlog.close()
+
+    async def _listen(self, client: Any) -> None:
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _event in subscription:
+                    self._list_changed()
+        except Exception as exc:  # a server without working subscriptions still serves calls
+            logger.info("list-changed subscription for server %s ended: %s", self.spec.id, exc)
+
+    async def _on_message(self, message: Any) -> None:
+        if isinstance(message, LIST_CHANGED):
+            self._list_changed()
+
+    def _list_changed(self) -> None:
+        asyncio.get_running_loop().run_in_executor(None, self.on_list_changed, self.spec.id)
+
+    async def close(self) -> None:
+        self.stop.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self.task), timeout=10)
+        except (TimeoutError, asyncio.CancelledError):
+            self.task.cancel()
+
+
+class Pool:
+    def __init__(self, on_list_changed: Callable[[str], None] = _enqueue_sync) -> None:
+        self.on_list_changed = on_list_changed
+        self._sessions: dict[str, _Session] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._start_lock = threading.Lock()
+
+    def _run_coroutine(self, coro: Any, timeout: float) -> Any:
+        with self._start_lock:
+            if self._loop is None or not self._loop.is_running():
+                self._loop = asyncio.new_event_loop()
+                started = threading.Event()
+                self._loop.call_soon(started.set)
+                threading.Thread(target=self._loop.run_forever, name="mcp-pool", daemon=True).start()
+                started.wait(5)
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout)
+        except FutureTimeout:
+            future.cancel()
+            raise ToolCallTimeout(f"No answer within {timeout:g} s.") from None
+
+    def call_tool(self, spec: ServerSpec, tool_name: str, arguments: dict[str, Any], timeout: float) -> ToolCallResult:
+        return self._run_coroutine(self._call(spec, tool_name, arguments, timeout), spec.timeout_s + timeout + 15)
+
+    async def _session(self, spec: ServerSpec) -> _Session:
+        session = self._sessions.get(spec.id)
+        if session is not None and (session.dead or session.spec.fingerprint != spec.fingerprint):
+            await session.close()
+            session = None
+        if session is None:
+            session = self._sessions[spec.id] = _Session(spec, self.on_list_changed)
+        try:
+            await asyncio.wait_for(asyncio.shield(session.ready.wait()), timeout=spec.timeout_s)
+        except TimeoutError:
+            self._sessions.pop(spec.id, None)
+            await session.close()
+            raise ToolCallTimeout(f"The server did not start within {spec.timeout_s:g} s.") from None
+        if session.dead:
+            self._sessions.pop(spec.id, None)
+            raise ToolCallFailed(session.error or "The server could not be started.")
+        return session
+
+    async def _call(self, spec: ServerSpec, tool_name: str, arguments: dict[str, Any],
+                    timeout: float) -> ToolCallResult:
+        session = await self._session(spec)
+        try:
+            result = await session.client.call_tool(tool_name, arguments, read_timeout_seconds=timeout)
+        except MCPError as exc:
+            if exc.code == -32001:
+                raise ToolCallTimeout(f"No answer from {spec.name}.{tool_name} within {timeout:g} s.") from None
+            if exc.code == -32000:
+                await self._drop(spec.id)
+            raise ToolCallFailed(describe_error(exc, spec=spec)) from None
+        except Exception as exc:
+            await self._drop(spec.id)
+            raise ToolCallFailed(describe_error(exc, spec=spec)) from None
+        return ToolCallResult(
+            is_error=bool(result.is_error),
+            content=[c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in result.content],
+            structured_content=result.structured_content,
+        )
+
+    async def _drop(self, server_id: str) -> None:
+        session = self._sessions.pop(server_id, None)
+        if session is not None:
+            await session.close()
+
+    def ensure_session(self, spec: ServerSpec) -> None:
+        """Opens (or reuses) the session now, e.g. to start listening for list-changed notices."""
+        self._run_coroutine(self._session(spec), spec.timeout_s + 15)
+
+    def close(self, server_id: str) -> None:
+        if self._loop is not None and self._loop.is_running():
+            self._run_coroutine(self._drop(str(server_id)), 30)
+
+    def close_all(self) -> None:
+        for server_id in list(self._sessions):
+            self.close(server_id)
+
+    def open_sessions(self) -> list[str]:
+        return [sid for sid, s in self._sessions.items() if not s.dead]
+
+
+pool = Pool()
+
+
+def call_tool(server_id: UUID | str, tool_name: str, arguments: dict[str, Any] | None = None,
+              timeout: float | None = None, *, org_id: UUID | str | None = None) -> ToolCallResult:
+    """Calls `tool_name` on a registered server through this process's pool.
+
+    `org_id`, when given, must own the server (NotFound otherwise). Raises ToolCallFailed /
+    ToolCallTimeout; a tool's own error comes back as a result with `is_error=True`.
+    Policy (grants, pins, approvals) is the caller's job: this only speaks MCP.
+    """
+    server = selectors.server_by_id(server_id) if org_id is None else selectors.get_server(
+        org_id=org_id, server_id=server_id)
+    if not server.enabled:
+        raise ToolCallFailed(f"The server {server.name!r} is disabled.")
+    spec = spec_for(server)
+    return pool.call_tool(spec, tool_name, arguments or {}, float(timeout or spec.timeout_s))

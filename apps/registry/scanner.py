@@ -1,0 +1,135 @@
+"""Tool poisoning scan: local, deterministic, no network.
+
+Looks at every string of a definition a model may read: the description, the title, and the
+descriptions, titles, enums, defaults and examples inside its schemas. Each rule yields a
+finding with a severity; a high one quarantines the tool (services decide that).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from apps.registry.models import Severity
+
+DESCRIPTION_LIMIT = 1000
+
+# Text aimed at the model rather than describing the tool.
+INSTRUCTION_PATTERNS = [
+    r"\bignore\s+(all\s+|any\s+)?(the\s+)?(previous|prior|above|earlier|preceding|other)\b",
+    r"\bdisregard\s+(all\s+|any\s+)?(the\s+)?(previous|prior|above|earlier|your|other)\b",
+    r"\bforget\s+(all\s+|everything\s+|your\s+)?(previous|prior|instructions)",
+    r"<\s*/?\s*(important|system|instructions?|secret|hidden)\s*>",
+    r"\[\s*(system|important|instructions?)\s*\]",
+    r"\b(system\s+prompt|developer\s+message)\b",
+    r"\bdo\s+not\s+(tell|inform|mention|reveal|show|notify|alert)\b.{0,40}\b(user|human|anyone)\b",
+    r"\b(without|don'?t)\s+(telling|informing|asking|notifying)\s+the\s+(user|human)\b",
+    r"\bbefore\s+(using|calling|invoking|running)\s+(this|any|the)\b.{0,80}\b(call|invoke|run|read|use|send)\b",
+    r"\b(first|always)\s+(call|invoke|run|use)\s+(the\s+)?`?[\w.-]+`?\s+tool\b",
+    r"\byou\s+(must|should|have\s+to|need\s+to)\s+(always\s+|first\s+)?(call|invoke|send|read|include|pass)\b",
+    r"\b(override|bypass|replace)\s+(the\s+)?(instructions|rules|policy|tool)\b",
+    r"\bas\s+an?\s+(ai|assistant|language\s+model)\b.{0,40}\b(must|should)\b",
+    r"\bthis\s+is\s+(very\s+)?important\b.{0,60}\b(must|otherwise)\b",
+]
+SECRET_PATTERNS = [
+    r"~/\.ssh\b", r"\bid_(rsa|ed25519|ecdsa|dsa)\b", r"(?<![\w/.-])\.env\b", r"\b\.aws/credentials\b",
+    r"\bcredentials?\s*(file|\.json)\b", r"/etc/(passwd|shadow)\b", r"\.netrc\b", r"\.git-credentials\b",
+    r"\b(private|secret)\s+key\b", r"\b(api[_\s-]?keys?|access[_\s-]?tokens?)\s+(from|in|of)\b", r"\bmcp\.json\b",
+]
+URL_RE = re.compile(r"\b(?:https?|ftp|wss?)://[^\s\"'<>)]+", re.IGNORECASE)
+EXFIL_HINTS = re.compile(
+    r"(\{[^}]*\}|\?\S*=|webhook|ngrok|requestbin|pipedream|pastebin|burpcollaborator|interact\.sh|exfil)",
+    re.IGNORECASE,
+)
+SEND_TO_URL = re.compile(r"\b(send|post|upload|forward|submit|report)\b.{0,80}\b(https?://)", re.IGNORECASE)
+HIDDEN_CHARS = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\u00ad\U000e0000-\U000e007f]")
+# Parameter parts that should never carry prose instructions.
+VALUE_KEYS = ("enum", "default", "const", "examples")
+
+_INSTRUCTION_RES = [re.compile(p, re.IGNORECASE | re.DOTALL) for p in INSTRUCTION_PATTERNS]
+_SECRET_RES = [re.compile(p, re.IGNORECASE) for p in SECRET_PATTERNS]
+
+
+@dataclass(frozen=True)
+class Finding:
+    code: str
+    severity: str
+    where: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def scan_definition(definition: dict[str, Any], *, limit: int = DESCRIPTION_LIMIT) -> list[dict[str, str]]:
+    """All findings for one canonical definition (see definitions.canonical_definition)."""
+    findings: list[Finding] = []
+    description = definition.get("description") or ""
+    if len(description) > limit:
+        findings.append(Finding("too_long", Severity.MEDIUM, "description",
+                                f"The description is {len(description)} characters long (limit {limit}); "
+                                "long descriptions can hide instructions."))
+    for where, text, is_value in _texts(definition):
+        findings.extend(scan_text(text, where=where, is_value=is_value))
+    unique = {(f.code, f.where): f for f in findings}
+    return [f.as_dict() for f in unique.values()]
+
+
+def scan_text(text: str, *, where: str, is_value: bool = False) -> list[Finding]:
+    """Findings in one string. `is_value`: an enum/default/example, where any prose is suspect."""
+    found: list[Finding] = []
+    hidden = HIDDEN_CHARS.findall(text) or [c for c in text if unicodedata.category(c) in ("Cf", "Co")]
+    if hidden:
+        names = sorted({f"U+{ord(c):04X}" for c in hidden})
+        found.append(Finding("hidden_unicode", Severity.HIGH, where,
+                             f"Invisible characters ({', '.join(names[:5])}) can hide text from people."))
+    visible = HIDDEN_CHARS.sub("", text)
+    if any(r.search(visible) for r in _INSTRUCTION_RES):
+        found.append(Finding("model_instruction", Severity.HIGH, where,
+                             "Contains instructions aimed at the model rather than a description of the tool."))
+    if any(r.search(visible) for r in _SECRET_RES):
+        found.append(Finding("secret_path", Severity.HIGH, where,
+                             "Refers to secrets or credential files (keys, .env, ~/.ssh, credentials)."))
+    found.extend(_url_findings(visible, where))
+    if is_value and len(visible) > 80 and len(visible.split()) > 10:
+        found.append(Finding("prose_in_value", Severity.MEDIUM, where,
+                             "A parameter value (enum/default/example) holds prose; values should be data."))
+    return found
+
+
+def _url_findings(text: str, where: str) -> list[Finding]:
+    urls = URL_RE.findall(text)
+    if not urls:
+        return []
+    if SEND_TO_URL.search(text) or any(EXFIL_HINTS.search(u) for u in urls):
+        return [Finding("exfiltration_url", Severity.HIGH, where,
+                        f"A URL that data could be sent to: {urls[0][:100]}")]
+    return [Finding("url", Severity.LOW, where, f"Mentions a URL: {urls[0][:100]}")]
+
+
+def _texts(definition: dict[str, Any]) -> Iterator[tuple[str, str, bool]]:
+    for key in ("description", "title"):
+        if definition.get(key):
+            yield key, definition[key], False
+    for key in ("input_schema", "output_schema"):
+        yield from _schema_texts(definition.get(key), key)
+
+
+def _schema_texts(node: Any, path: str) -> Iterator[tuple[str, str, bool]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            here = f"{path}.{key}"
+            if key in ("description", "title") and isinstance(value, str):
+                yield here, value, False
+            elif key in VALUE_KEYS and not path.endswith(".properties"):
+                for i, item in enumerate(value if isinstance(value, list) else [value]):
+                    if isinstance(item, str):
+                        yield f"{here}[{i}]" if isinstance(value, list) else here, item, True
+            else:
+                yield from _schema_texts(value, here)
+    elif isinstance(node, list):
+        for i, item in enumerate(node):
+            yield from _schema_texts(item, f"{path}[{i}]")

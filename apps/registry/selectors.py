@@ -1,0 +1,80 @@
+"""Tenant-scoped reads of servers and tools. "Not yours" and "missing" both raise NotFound."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from django.core.exceptions import ValidationError
+from django.db.models import Count, F, Q, QuerySet
+
+from apps.core.errors import NotFound
+from apps.registry.models import McpServer, Risk, Tool, ToolState
+
+
+def servers_for_org(*, org_id: UUID | str) -> QuerySet[McpServer]:
+    """Servers with counts of their live tools per risk class (`n_read`, `n_write`, `n_dangerous`)."""
+    live = ~Q(tools__state=ToolState.REMOVED)
+    return McpServer.objects.filter(org_id=org_id).annotate(
+        n_tools=Count("tools", filter=live),
+        n_quarantined=Count("tools", filter=Q(tools__state=ToolState.QUARANTINED)),
+        **{f"n_{risk}": Count("tools", filter=live & Q(tools__risk=risk)) for risk in Risk.values},
+    ).order_by("name")
+
+
+def get_server(*, org_id: UUID | str, server_id: UUID | str) -> McpServer:
+    try:
+        return McpServer.objects.get(org_id=org_id, id=server_id)
+    except (McpServer.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such MCP server.") from None
+
+
+def get_server_by_name(*, org_id: UUID | str, name: str) -> McpServer | None:
+    return McpServer.objects.filter(org_id=org_id, name=name).first()
+
+
+def server_by_id(server_id: UUID | str) -> McpServer:
+    """For workers holding only an id (tasks, the pool); the id came from a tenant-scoped write."""
+    try:
+        return McpServer.objects.get(id=server_id)
+    except (McpServer.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such MCP server.") from None
+
+
+def servers_due_for_sync(*, synced_before: datetime) -> QuerySet[McpServer]:
+    """Enabled servers (any organisation) not synced since `synced_before`: beat's periodic sync."""
+    return McpServer.objects.filter(enabled=True).filter(
+        Q(last_synced_at__isnull=True) | Q(last_synced_at__lt=synced_before)
+    ).exclude(status="syncing")
+
+
+def tools_for_org(*, org_id: UUID | str, server: UUID | str | None = None, risk: str = "", state: str = "",
+                  usable_only: bool = False) -> QuerySet[Tool]:
+    """Tools of an organisation. `usable_only`: active and exactly as pinned (what agents may use)."""
+    tools = Tool.objects.filter(org_id=org_id).select_related("server")
+    if server:
+        try:
+            tools = tools.filter(server_id=UUID(str(server)))
+        except ValueError:
+            tools = tools.filter(server__name=server)
+    if risk:
+        tools = tools.filter(risk=risk)
+    if state:
+        tools = tools.filter(state=state)
+    if usable_only:
+        tools = tools.filter(state=ToolState.ACTIVE, server__enabled=True, pinned_hash=F("definition_hash"))
+    return tools.order_by("qualified_name")
+
+
+def get_tool(*, org_id: UUID | str, tool_id: UUID | str) -> Tool:
+    try:
+        return Tool.objects.select_related("server").get(org_id=org_id, id=tool_id)
+    except (Tool.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such tool.") from None
+
+
+def get_tool_by_qualified_name(*, org_id: UUID | str, qualified_name: str) -> Tool:
+    tool = Tool.objects.select_related("server").filter(org_id=org_id, qualified_name=qualified_name).first()
+    if tool is None:
+        raise NotFound(f"No tool named {qualified_name!r}.")
+    return tool

@@ -1,0 +1,411 @@
+"""The only writers of servers and tools. Each write is one transaction with its audit row;
+realtime events and sync tasks go out after commit. Secrets (env values, headers) are stored
+encrypted and never written to audit data, events or errors (only their keys).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from uuid import UUID
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.accounts.actors import Actor
+from apps.audit import services as audit
+from apps.core.errors import Conflict, ValidationFailed
+from apps.core.realtime import org_group, publish_after_commit
+from apps.registry import selectors
+from apps.registry.connection import Discovery, ServerUnreachable, run_discovery, spec_for
+from apps.registry.definitions import (
+    canonical_definition,
+    classify_risk,
+    definition_diff,
+    definition_hash,
+    qualified_name,
+    server_name_error,
+    tool_name_error,
+)
+from apps.registry.models import (
+    McpServer,
+    Risk,
+    RiskSource,
+    ServerStatus,
+    Severity,
+    Tool,
+    ToolState,
+    Transport,
+    TrustTier,
+)
+from apps.registry.scanner import scan_definition
+
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
+HEADER_KEY_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")
+TRUSTED_TIERS = (TrustTier.OFFICIAL, TrustTier.INTERNAL)
+EDITABLE = ("name", "description", "transport", "command", "args", "env", "cwd", "url", "headers", "trust_tier",
+            "enabled", "timeout_s")
+AWAITING_PIN = "New tool of a third-party server: waiting for an admin to review and pin it."
+DRIFTED = "Its definition changed since it was pinned: review the diff and pin it again."
+
+
+# --- servers ------------------------------------------------------------------------------------
+
+def _string_map(value: Any, field_name: str, key_re: re.Pattern[str], errors: dict[str, str]) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        errors[field_name] = "Give a map of names to text values."
+        return {}
+    bad = [k for k in value if not key_re.match(str(k))]
+    if bad:
+        errors[field_name] = f"Invalid name: {bad[0]!r}."
+    return {str(k): v for k, v in value.items()}
+
+
+def _clean(data: dict[str, Any]) -> dict[str, Any]:
+    """Checks a full set of server fields. Raises ValidationFailed with field names."""
+    errors: dict[str, str] = {}
+    data["name"] = (data.get("name") or "").strip()
+    if message := server_name_error(data["name"]):
+        errors["name"] = message
+    if data.get("transport") not in Transport.values:
+        errors["transport"] = "Choose stdio or http."
+    if data.get("trust_tier") not in TrustTier.values:
+        errors["trust_tier"] = "Choose official, internal or third_party."
+    args = data.get("args") or []
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        errors["args"] = "Give the arguments as a list of strings."
+    data["args"] = args if isinstance(args, list) else []
+    data["env"] = _string_map(data.get("env"), "env", ENV_KEY_RE, errors)
+    data["headers"] = _string_map(data.get("headers"), "headers", HEADER_KEY_RE, errors)
+    if not 1 <= int(data.get("timeout_s") or 30) <= 300:
+        errors["timeout_s"] = "Between 1 and 300 seconds."
+    if data.get("transport") == Transport.STDIO:
+        if not (data.get("command") or "").strip():
+            errors["command"] = "A stdio server needs a command."
+        data["url"] = ""
+    elif data.get("transport") == Transport.HTTP:
+        url = (data.get("url") or "").strip()
+        if not re.match(r"^https?://[^/\s]+", url):
+            errors["url"] = "Give an http:// or https:// URL of the server's MCP endpoint."
+        data["url"], data["command"], data["args"], data["cwd"], data["env"] = url, "", [], "", {}
+    if errors:
+        raise ValidationFailed("; ".join(f"{k}: {v}" for k, v in errors.items()), errors)
+    return data
+
+
+def _audit_view(server: McpServer) -> dict[str, Any]:
+    return {"name": server.name, "transport": server.transport, "trust_tier": server.trust_tier,
+            "command": server.command, "args": server.args, "url": server.url, "enabled": server.enabled,
+            "env_keys": server.env_keys, "header_keys": server.header_keys}
+
+
+def _enqueue_sync(server: McpServer) -> None:
+    from apps.registry import tasks  # tasks call services; import here to keep the cycle lazy
+
+    server_id = str(server.id)
+    transaction.on_commit(lambda: tasks.sync_server.delay(server_id))
+
+
+def _save_server(server: McpServer, *, fields: list[str] | None = None) -> None:
+    try:
+        with transaction.atomic():
+            server.save(update_fields=fields) if fields else server.save()
+    except IntegrityError:
+        raise Conflict(f"A server named {server.name!r} already exists in this organisation.") from None
+
+
+def create_server(*, actor: Actor, name: str, transport: str, trust_tier: str, command: str = "",
+                  args: list[str] | None = None, env: dict[str, str] | None = None, cwd: str = "", url: str = "",
+                  headers: dict[str, str] | None = None, bearer_token: str = "", description: str = "",
+                  enabled: bool = True, timeout_s: int = 30, sync: bool = True) -> McpServer:
+    """Registers a server. Writes McpServer + `server.created` audit; enqueues a sync on commit.
+
+    Raises PermissionDenied, ValidationFailed (field errors), Conflict (name taken).
+    """
+    actor.require("servers.manage")
+    headers = dict(headers or {})
+    if bearer_token:
+        headers["Authorization"] = f"Bearer {bearer_token}"
+    data = _clean({"name": name, "transport": transport, "trust_tier": trust_tier, "command": command,
+                   "args": args, "env": env, "cwd": cwd, "url": url, "headers": headers, "timeout_s": timeout_s})
+    if selectors.get_server_by_name(org_id=actor.org_id, name=data["name"]):
+        raise Conflict(f"A server named {data['name']!r} already exists in this organisation.")
+    with transaction.atomic():
+        server = McpServer(org_id=actor.org_id, description=description, enabled=enabled, **data,
+                           status=ServerStatus.NEW if enabled else ServerStatus.DISABLED)
+        _save_server(server)
+        audit.record(org_id=actor.org_id, actor=actor, action="server.created", target=server,
+                     target_label=server.name, data=_audit_view(server))
+        if enabled and sync:
+            _enqueue_sync(server)
+    return server
+
+
+def update_server(*, actor: Actor, server_id: UUID | str, bearer_token: str = "", sync: bool = True,
+                  **changes: Any) -> McpServer:
+    """Edits a server. `env`/`headers` given replace the stored maps (None keeps them).
+
+    Writes McpServer + `server.updated` audit (changed field names only); renames requalify its
+    tools; enqueues a sync on commit. Raises PermissionDenied, NotFound, ValidationFailed, Conflict.
+    """
+    actor.require("servers.manage")
+    unknown = set(changes) - set(EDITABLE)
+    if unknown:
+        raise ValidationFailed(f"Unknown fields: {', '.join(sorted(unknown))}.", dict.fromkeys(unknown, "Unknown."))
+    changes = {k: v for k, v in changes.items() if v is not None}
+    with transaction.atomic():
+        server = McpServer.objects.select_for_update().get(pk=selectors.get_server(
+            org_id=actor.org_id, server_id=server_id).pk)
+        current = {k: getattr(server, k) for k in EDITABLE}
+        if bearer_token:
+            changes["headers"] = {**(changes.get("headers") or current["headers"] or {}),
+                                  "Authorization": f"Bearer {bearer_token}"}
+        data = _clean({**current, **changes})
+        changed = sorted(k for k in EDITABLE if data.get(k, current[k]) != current[k])
+        for key in changed:
+            setattr(server, key, data[key])
+        if "enabled" in changed:
+            server.status = ServerStatus.NEW if server.enabled else ServerStatus.DISABLED
+        _save_server(server)
+        if "name" in changed:
+            for tool in server.tools.all():
+                tool.qualified_name = qualified_name(server.name, tool.name)
+                tool.save(update_fields=["qualified_name", "updated_at"])
+        audit.record(org_id=actor.org_id, actor=actor, action="server.updated", target=server,
+                     target_label=server.name, data={"changed": changed, **_audit_view(server)})
+        if changed and server.enabled and sync:
+            _enqueue_sync(server)
+    return server
+
+
+def set_server_enabled(*, actor: Actor, server_id: UUID | str, enabled: bool) -> McpServer:
+    """Enables or disables a server (its tools become unusable while disabled). Audited."""
+    return update_server(actor=actor, server_id=server_id, enabled=enabled)
+
+
+def delete_server(*, actor: Actor, server_id: UUID | str) -> None:
+    """Deletes a server and its tools. Writes a `server.deleted` audit row. Raises NotFound."""
+    actor.require("servers.manage")
+    with transaction.atomic():
+        server = selectors.get_server(org_id=actor.org_id, server_id=server_id)
+        audit.record(org_id=actor.org_id, actor=actor, action="server.deleted", target=server,
+                     target_label=server.name, data={**_audit_view(server), "tools": server.tools.count()})
+        server.delete()
+    publish_after_commit(org_group(actor.org_id), "server.deleted", server_id=str(server_id))
+
+
+# --- sync ---------------------------------------------------------------------------------------
+
+@dataclass
+class SyncReport:
+    status: str
+    tools_added: int = 0
+    tools_changed: int = 0
+    tools_removed: int = 0
+    protocol_version: str = ""
+    error: str = ""
+    quarantined: list[str] = field(default_factory=list)
+
+
+def sync_server(*, actor: Actor, server_id: UUID | str) -> SyncReport:
+    """Connects to the server now and stores what it offers.
+
+    Writes McpServer (status, protocol, capabilities, lists, last_error), Tool rows (added,
+    changed, quarantined, removed), `server.synced`/`server.sync_failed` and `tool.quarantined`
+    audit rows; publishes `server.synced`. A failure is stored as a readable `last_error`,
+    never raised. Raises PermissionDenied, NotFound, Conflict (server disabled).
+    """
+    actor.require("servers.manage")
+    server = selectors.get_server(org_id=actor.org_id, server_id=server_id)
+    if not server.enabled:
+        raise Conflict(f"The server {server.name!r} is disabled; enable it before syncing.")
+    McpServer.objects.filter(pk=server.pk).update(status=ServerStatus.SYNCING)
+    try:
+        discovery = run_discovery(spec_for(server))
+    except ServerUnreachable as exc:
+        return _record_failure(actor=actor, server_id=server.pk, message=str(exc))
+    return _apply_discovery(actor=actor, server_id=server.pk, discovery=discovery)
+
+
+def _record_failure(*, actor: Actor, server_id: UUID, message: str) -> SyncReport:
+    with transaction.atomic():
+        server = McpServer.objects.select_for_update().get(pk=server_id)
+        server.status, server.last_error = ServerStatus.ERROR, message
+        server.save(update_fields=["status", "last_error", "updated_at"])
+        audit.record(org_id=server.org_id, actor=actor, action="server.sync_failed", target=server,
+                     target_label=server.name, data={"error": message[:500]})
+    publish_after_commit(org_group(server.org_id), "server.synced", server_id=str(server.id))
+    return SyncReport(status=ServerStatus.ERROR, error=message)
+
+
+def _apply_discovery(*, actor: Actor, server_id: UUID, discovery: Discovery) -> SyncReport:
+    now = timezone.now()
+    with transaction.atomic():
+        server = McpServer.objects.select_for_update().get(pk=server_id)
+        report = SyncReport(status=ServerStatus.OK, protocol_version=discovery.protocol_version)
+        warnings = list(discovery.warnings)
+        existing = {t.name: t for t in server.tools.all()}
+        seen: set[str] = set()
+        for fields in discovery.tools:
+            if message := tool_name_error(server.name, fields["name"]):
+                warnings.append(f"Refused: {message}")
+                continue
+            seen.add(fields["name"])
+            _sync_tool(server, existing.get(fields["name"]), fields, now, report, actor)
+        for name, tool in existing.items():
+            if name not in seen and tool.state != ToolState.REMOVED:
+                tool.state, tool.state_reason = ToolState.REMOVED, "The server no longer offers this tool."
+                tool.save(update_fields=["state", "state_reason", "updated_at"])
+                report.tools_removed += 1
+        _store_server_facts(server, discovery, warnings, now)
+        audit.record(org_id=server.org_id, actor=actor, action="server.synced", target=server,
+                     target_label=server.name,
+                     data={"protocol_version": discovery.protocol_version, "added": report.tools_added,
+                           "changed": report.tools_changed, "removed": report.tools_removed,
+                           "quarantined": report.quarantined, "warnings": warnings[:20]})
+    publish_after_commit(org_group(server.org_id), "server.synced", server_id=str(server.id))
+    return report
+
+
+def _store_server_facts(server: McpServer, discovery: Discovery, warnings: list[str], now) -> None:
+    server.status, server.last_error, server.last_synced_at = ServerStatus.OK, "", now
+    server.protocol_version = discovery.protocol_version
+    server.server_info, server.capabilities = discovery.server_info, discovery.capabilities
+    server.instructions = discovery.instructions
+    server.resources, server.resource_templates = discovery.resources, discovery.resource_templates
+    server.prompts, server.sync_warnings = discovery.prompts, warnings
+    server.save(update_fields=["status", "last_error", "last_synced_at", "protocol_version", "server_info",
+                               "capabilities", "instructions", "resources", "resource_templates", "prompts",
+                               "sync_warnings", "updated_at"])
+
+
+def _high_finding(findings: list[dict[str, str]]) -> dict[str, str] | None:
+    return next((f for f in findings if f["severity"] == Severity.HIGH), None)
+
+
+def _sync_tool(server: McpServer, tool: Tool | None, fields: dict[str, Any], now, report: SyncReport,
+               actor: Actor) -> None:
+    """Creates or refreshes one tool and decides its state (see ARCHITECTURE.md section 6)."""
+    definition = canonical_definition(**{k: fields[k] for k in (
+        "name", "title", "description", "input_schema", "output_schema", "annotations")})
+    digest = definition_hash(definition)
+    findings = scan_definition(definition)
+    high = _high_finding(findings)
+    is_new = tool is None
+    if tool is None:
+        tool = Tool(org_id=server.org_id, server=server, name=fields["name"])
+        report.tools_added += 1
+    elif tool.definition_hash != digest:
+        report.tools_changed += 1
+    previous_state = tool.state
+    tool.qualified_name = qualified_name(server.name, fields["name"])
+    for key in ("title", "description", "input_schema", "output_schema", "annotations", "icons"):
+        setattr(tool, key, fields[key])
+    tool.definition, tool.definition_hash, tool.findings, tool.last_seen_at = definition, digest, findings, now
+    if tool.risk_source != RiskSource.ADMIN:
+        tool.risk, tool.risk_source = classify_risk(tier=server.trust_tier, annotations=fields["annotations"])
+    if is_new and server.trust_tier in TRUSTED_TIERS and high is None:
+        tool.pinned_hash, tool.pinned_definition, tool.pinned_at = digest, definition, now
+        tool.pinned_by = f"first sync ({server.get_trust_tier_display().lower()} server)"
+    _decide_state(tool, high, previous_state)
+    tool.save()
+    if tool.state == ToolState.QUARANTINED and (is_new or previous_state != ToolState.QUARANTINED):
+        report.quarantined.append(tool.qualified_name)
+        audit.record(org_id=server.org_id, actor=actor, action="tool.quarantined", target=tool,
+                     target_label=tool.qualified_name,
+                     data={"reason": tool.state_reason, "definition_hash": digest,
+                           "pinned_hash": tool.pinned_hash, "findings": [f["code"] for f in findings]})
+
+
+def _decide_state(tool: Tool, high: dict[str, str] | None, previous_state: str) -> None:
+    """Active only when the current definition is the pinned one; drift and new high findings
+    quarantine; an admin's `disabled` stays."""
+    if previous_state == ToolState.DISABLED and tool.pk:
+        return
+    if tool.is_pinned:
+        tool.state, tool.state_reason = ToolState.ACTIVE, ""
+    elif tool.pinned_hash:
+        tool.state, tool.state_reason = ToolState.QUARANTINED, DRIFTED
+    elif high is not None:
+        tool.state = ToolState.QUARANTINED
+        tool.state_reason = f"Poisoning scan ({high['code']} in {high['where']}): {high['message']}"[:300]
+    else:
+        tool.state, tool.state_reason = ToolState.QUARANTINED, AWAITING_PIN
+
+
+# --- tools --------------------------------------------------------------------------------------
+
+def pin_tool(*, actor: Actor, tool_id: UUID | str) -> Tool:
+    """Approves the tool's current definition: pins its hash and lifts a quarantine.
+
+    Writes Tool + `tool.pinned` audit (hashes and finding codes). Raises PermissionDenied,
+    NotFound, Conflict (the tool was removed by its server).
+    """
+    actor.require("servers.manage")
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update().get(pk=selectors.get_tool(org_id=actor.org_id, tool_id=tool_id).pk)
+        if tool.state == ToolState.REMOVED:
+            raise Conflict("The server no longer offers this tool; there is nothing to pin.")
+        previous = tool.pinned_hash
+        tool.pinned_hash, tool.pinned_definition = tool.definition_hash, tool.definition
+        tool.pinned_at, tool.pinned_by = timezone.now(), actor.label
+        if tool.state == ToolState.QUARANTINED:
+            tool.state, tool.state_reason = ToolState.ACTIVE, ""
+        tool.save(update_fields=["pinned_hash", "pinned_definition", "pinned_at", "pinned_by", "state",
+                                 "state_reason", "updated_at"])
+        audit.record(org_id=actor.org_id, actor=actor, action="tool.pinned", target=tool,
+                     target_label=tool.qualified_name,
+                     data={"definition_hash": tool.definition_hash, "previous_pinned_hash": previous,
+                           "findings": [f"{f['severity']}:{f['code']}" for f in tool.findings]})
+    publish_after_commit(org_group(actor.org_id), "tool.changed", tool_id=str(tool.id))
+    return tool
+
+
+def update_tool(*, actor: Actor, tool_id: UUID | str, risk: str | None = None, state: str | None = None) -> Tool:
+    """An admin overrides a tool's risk class (risk_source becomes `admin`) and/or its state
+    (`disabled`, `quarantined`, or `active` for a pinned tool).
+
+    Writes Tool + `tool.risk_changed` / `tool.state_changed` audit rows. Raises
+    PermissionDenied, NotFound, ValidationFailed.
+    """
+    actor.require("servers.manage")
+    if risk is not None and risk not in Risk.values:
+        raise ValidationFailed("Risk must be read, write or dangerous.", {"risk": "Choose read, write or dangerous."})
+    allowed_states = (ToolState.ACTIVE, ToolState.DISABLED, ToolState.QUARANTINED)
+    if state is not None and state not in allowed_states:
+        raise ValidationFailed("State must be active, disabled or quarantined.",
+                               {"state": "Choose active, disabled or quarantined."})
+    with transaction.atomic():
+        tool = Tool.objects.select_for_update().get(pk=selectors.get_tool(org_id=actor.org_id, tool_id=tool_id).pk)
+        if risk is not None and (risk != tool.risk or tool.risk_source != RiskSource.ADMIN):
+            audit.record(org_id=actor.org_id, actor=actor, action="tool.risk_changed", target=tool,
+                         target_label=tool.qualified_name, data={"from": tool.risk, "to": risk})
+            tool.risk, tool.risk_source = risk, RiskSource.ADMIN
+        if state is not None and state != tool.state:
+            _change_state(actor, tool, state)
+        tool.save(update_fields=["risk", "risk_source", "state", "state_reason", "updated_at"])
+    publish_after_commit(org_group(actor.org_id), "tool.changed", tool_id=str(tool.id))
+    return tool
+
+
+def _change_state(actor: Actor, tool: Tool, state: str) -> None:
+    if tool.state == ToolState.REMOVED:
+        raise ValidationFailed("The server no longer offers this tool.", {"state": "The tool was removed."})
+    if state == ToolState.ACTIVE and not tool.is_pinned:
+        raise ValidationFailed("Pin the current definition to make this tool active.",
+                               {"state": "Pin the current definition first."})
+    reasons = {ToolState.DISABLED: f"Disabled by {actor.label}.", ToolState.QUARANTINED:
+               f"Quarantined by {actor.label}.", ToolState.ACTIVE: ""}
+    audit.record(org_id=actor.org_id, actor=actor, action="tool.state_changed", target=tool,
+                 target_label=tool.qualified_name, data={"from": tool.state, "to": state})
+    tool.state, tool.state_reason = state, reasons[state]
+
+
+def tool_diff(tool: Tool) -> str:
+    """The drift diff shown on the tool page: pinned definition vs the current one."""
+    if not tool.has_drift:
+        return ""
+    return definition_diff(tool.pinned_definition, tool.definition)
