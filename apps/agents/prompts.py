@@ -75,8 +75,9 @@ class AgentStatus:
     answer: str  # the text without the status lines
 
 
-_STATUS_LINE = re.compile(r"^\s*STATUS:\s*(done|partial|blocked)\b\s*[-:—]?\s*(.*)$", re.IGNORECASE | re.MULTILINE)
-_REASON_LINE = re.compile(r"^\s*REASON:\s*(.*)$", re.IGNORECASE | re.MULTILINE)
+_STATUS_LINE = re.compile(r"^[ \t]*STATUS:[ \t]*(done|partial|blocked)\b[ \t]*[-:—]?[ \t]*(.*)$",
+                          re.IGNORECASE | re.MULTILINE)
+_REASON_LINE = re.compile(r"^[ \t]*REASON:[ \t]*(.*)$", re.IGNORECASE | re.MULTILINE)
 
 
 def parse_status(text: str) -> AgentStatus:
