@@ -6,7 +6,7 @@ from ninja import NinjaAPI
 
 from apps.api import errors
 from apps.api.auth import API_AUTH
-from apps.api.routers import audit, me, members, tokens
+from apps.api.routers import agents, audit, crews, llm_connections, me, members, tokens
 
 api = NinjaAPI(
     title="Airlock API",
@@ -20,3 +20,6 @@ api.add_router("/", me.router)
 api.add_router("/members", members.router)
 api.add_router("/tokens", tokens.router)
 api.add_router("/audit", audit.router)
+api.add_router("/llm-connections", llm_connections.router)
+api.add_router("/agents", agents.router)
+api.add_router("/crews", crews.router)
