@@ -20,6 +20,10 @@ class DomainErrorMiddleware:
         status = 404 if isinstance(exception, NotFound) else 403 if isinstance(exception, PermissionDenied) \
             else 409 if isinstance(exception, Conflict) else 400
         titles = {404: "Not found", 403: "Not allowed", 409: "That conflicts with the current state", 400: "Invalid"}
-        template = "web/partials/_error_toast.html" if request.htmx else "web/error.html"
-        return render(request, template, {"status": status, "title": titles[status], "message": exception.message},
-                      status=status)
+        context = {"status": status, "title": titles[status], "message": exception.message}
+        if request.htmx:
+            # Keep the page as it is; show the message where messages go.
+            response = render(request, "web/partials/_error_toast.html", context, status=status)
+            response["HX-Reswap"] = "none"
+            return response
+        return render(request, "web/error.html", context, status=status)
