@@ -89,14 +89,21 @@ def _stdio_params(spec: ServerSpec) -> StdioServerParameters:
 
 
 @asynccontextmanager
-async def connect(spec: ServerSpec, *, errlog: IO[str] | None = None,
-                  message_handler: MessageHandler | None = None) -> AsyncIterator[Client]:
-    """An open, negotiated `Client` for the server. Raises whatever the SDK raises."""
+async def connect(spec: ServerSpec, *, errlog: IO[str] | None = None, message_handler: MessageHandler | None = None,
+                  http_errors: list[int] | None = None) -> AsyncIterator[Client]:
+    """An open, negotiated `Client` for the server. Raises whatever the SDK raises.
+
+    `http_errors` collects HTTP error statuses (the SDK reports a 401 as a generic -32603)."""
     if spec.transport == Transport.STDIO:
         transport: Any = stdio_client(_stdio_params(spec), errlog=errlog or sys.stderr)
     else:
         await anyio.to_thread.run_sync(check_url, spec.url)
-        http = httpx2.AsyncClient(headers=spec.headers, timeout=httpx2.Timeout(spec.timeout_s))
+        async def note_status(response: httpx2.Response) -> None:
+            if response.status_code >= 400 and http_errors is not None:
+                http_errors.append(response.status_code)
+
+        http = httpx2.AsyncClient(headers=spec.headers, timeout=httpx2.Timeout(spec.timeout_s),
+                                  event_hooks={"response": [note_status]})
         transport = streamable_http_client(spec.url, http_client=http)
     client = Client(transport, read_timeout_seconds=spec.timeout_s, message_handler=message_handler,
                     client_info=CLIENT_INFO)
@@ -150,10 +157,11 @@ async def _optional(client: Client, capability: Any, fetch: str, attr: str, warn
         return []
 
 
-async def discover(spec: ServerSpec, *, errlog: IO[str] | None = None) -> Discovery:
+async def discover(spec: ServerSpec, *, errlog: IO[str] | None = None,
+                   http_errors: list[int] | None = None) -> Discovery:
     """Connects, negotiates, and lists tools, resources, resource templates and prompts."""
     with anyio.fail_after(spec.timeout_s):
-        async with connect(spec, errlog=errlog) as client:
+        async with connect(spec, errlog=errlog, http_errors=http_errors) as client:
             caps = client.server_capabilities
             warnings: list[str] = []
             tools = await _all_pages(client.list_tools, "tools") if caps.tools is not None else []
@@ -173,11 +181,13 @@ async def discover(spec: ServerSpec, *, errlog: IO[str] | None = None) -> Discov
 
 def run_discovery(spec: ServerSpec) -> Discovery:
     """`discover` from synchronous code. Raises ServerUnreachable with a readable message."""
+    http_errors: list[int] = []
     with tempfile.TemporaryFile("w+") as errlog:
         try:
-            return asyncio.run(discover(spec, errlog=errlog))
+            return asyncio.run(discover(spec, errlog=errlog, http_errors=http_errors))
         except Exception as exc:
-            raise ServerUnreachable(describe_error(exc, spec=spec, stderr=stderr_tail(errlog))) from None
+            message = describe_error(exc, spec=spec, stderr=stderr_tail(errlog), http_errors=http_errors)
+            raise ServerUnreachable(message) from None
 
 
 def stderr_tail(errlog: IO[str], lines: int = 4) -> str:
@@ -194,7 +204,7 @@ def leaf_exceptions(exc: BaseException) -> list[BaseException]:
     """The real errors inside (nested) exception groups, cancellations last."""
     if isinstance(exc, BaseExceptionGroup):
         found = [leaf for sub in exc.exceptions for leaf in leaf_exceptions(sub)]
-        return sorted(found, key=lambda e: isinstance(e, asyncio.CancelledError | anyio.get_cancelled_exc_class()))
+        return sorted(found, key=lambda e: isinstance(e, asyncio.CancelledError))
     return [exc]
 
 
@@ -229,10 +239,16 @@ def _explain(exc: BaseException, spec: ServerSpec) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def describe_error(exc: BaseException, *, spec: ServerSpec, stderr: str = "") -> str:
+def describe_error(exc: BaseException, *, spec: ServerSpec, stderr: str = "", http_errors: list[int] = ()) -> str:
     """One readable sentence (plus the server's last stderr lines), never a traceback, no secrets."""
     leaf = leaf_exceptions(exc)[0]
-    message = _explain(leaf, spec)
+    denied = [code for code in http_errors if code in (401, 403)]
+    if denied:
+        message = f"The server refused the credentials (HTTP {denied[0]}): check the token or headers."
+    elif http_errors and isinstance(leaf, MCPError) and leaf.code == -32603:
+        message = f"The server answered HTTP {http_errors[0]} at {spec.url}."
+    else:
+        message = _explain(leaf, spec)
     if stderr and spec.transport == Transport.STDIO:
         message += f"\nServer output: {stderr[-600:]}"
     for secret in spec.secret_values:

@@ -21,7 +21,7 @@ from django.conf import settings
 
 BWRAP = "/usr/bin/bwrap"
 LAUNCHER = str(Path(__file__).with_name("sandbox_launch.py"))
-WORK = "/work"
+WORK = "/airlock-work"  # not /work: runtime dirs on the host may live under /work
 SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin"
 SANDBOX_TMP = "/tmp"  # noqa: S108 (a private tmpfs inside the sandbox)
 
