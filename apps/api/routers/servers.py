@@ -1,0 +1,112 @@
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from ninja import Field, Router, Schema, Status
+from ninja.pagination import LimitOffsetPagination, paginate
+
+from apps.registry import selectors, services
+from apps.registry.models import Transport, TrustTier
+
+router = Router(tags=["servers"])
+
+
+class ServerOut(Schema):
+    id: UUID
+    name: str
+    description: str
+    transport: Transport
+    command: str
+    args: list[str]
+    cwd: str
+    url: str
+    env_keys: list[str]  # values are write-only
+    header_keys: list[str]
+    trust_tier: TrustTier
+    enabled: bool
+    timeout_s: int
+    status: str
+    protocol_version: str
+    server_info: dict[str, Any]
+    capabilities: dict[str, Any]
+    instructions: str
+    last_synced_at: datetime | None
+    last_error: str
+    sync_warnings: list[str]
+    created_at: datetime
+
+
+class ServerIn(Schema):
+    name: str
+    transport: Transport
+    trust_tier: TrustTier
+    description: str = ""
+    command: str = ""
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    cwd: str = ""
+    url: str = ""
+    headers: dict[str, str] = Field(default_factory=dict)
+    bearer_token: str = ""
+    enabled: bool = True
+    timeout_s: int = Field(30, ge=1, le=300)
+
+
+class ServerPatch(Schema):
+    name: str | None = None
+    description: str | None = None
+    transport: Transport | None = None
+    trust_tier: TrustTier | None = None
+    command: str | None = None
+    args: list[str] | None = None
+    env: dict[str, str] | None = None
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] | None = None
+    bearer_token: str = ""
+    enabled: bool | None = None
+    timeout_s: int | None = Field(None, ge=1, le=300)
+
+
+class SyncOut(Schema):
+    status: str
+    tools_added: int
+    tools_changed: int
+    tools_removed: int
+    protocol_version: str
+    error: str
+    quarantined: list[str]
+
+
+@router.get("", response=list[ServerOut])
+@paginate(LimitOffsetPagination)
+def list_servers(request):
+    request.auth.require("org.view")
+    return selectors.servers_for_org(org_id=request.auth.org_id)
+
+
+@router.post("", response={201: ServerOut})
+def create_server(request, payload: ServerIn):
+    return Status(201, services.create_server(actor=request.auth, **payload.dict()))
+
+
+@router.get("/{server_id}", response=ServerOut)
+def get_server(request, server_id: UUID):
+    request.auth.require("org.view")
+    return selectors.get_server(org_id=request.auth.org_id, server_id=server_id)
+
+
+@router.patch("/{server_id}", response=ServerOut)
+def update_server(request, server_id: UUID, payload: ServerPatch):
+    return services.update_server(actor=request.auth, server_id=server_id, **payload.dict())
+
+
+@router.delete("/{server_id}", response={204: None})
+def delete_server(request, server_id: UUID):
+    services.delete_server(actor=request.auth, server_id=server_id)
+    return Status(204, None)
+
+
+@router.post("/{server_id}/sync", response=SyncOut, summary="Connect now and refresh tools, resources and prompts")
+def sync_server(request, server_id: UUID):
+    return services.sync_server(actor=request.auth, server_id=server_id)
