@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from apps.web.views import audit, auth, dashboard, members, system, tokens
+from apps.web.views import agents, audit, auth, crews, dashboard, members, system, tokens
 
 app_name = "web"
 
@@ -39,8 +39,28 @@ urlpatterns = [
     path("audit/", audit.audit_log, name="audit"),
     # Sections whose pages arrive with their issues
     path("servers/", dashboard.coming_soon, {"section": "servers"}, name="servers"),
-    path("agents/", dashboard.coming_soon, {"section": "agents"}, name="agents"),
-    path("crews/", dashboard.coming_soon, {"section": "crews"}, name="crews"),
+    # Agents, LLM connections and crews
+    path("agents/", agents.agent_list, name="agents"),
+    path("agents/new/", agents.agent_new, name="agent_new"),
+    path("agents/prompt-preview/", agents.prompt_preview, name="agent_prompt_preview"),
+    path("agents/tools/", agents.tool_picker, name="agent_tool_picker"),
+    path("agents/grant-row/", agents.grant_row, name="agent_grant_row"),
+    path("agents/connections/", agents.connections, name="llm_connections"),
+    path("agents/connections/<uuid:connection_id>/", agents.connection_edit, name="llm_connection_edit"),
+    path("agents/connections/<uuid:connection_id>/test/", agents.connection_test, name="llm_connection_test"),
+    path("agents/connections/<uuid:connection_id>/delete/", agents.connection_delete, name="llm_connection_delete"),
+    path("agents/<uuid:agent_id>/", agents.agent_detail, name="agent_detail"),
+    path("agents/<uuid:agent_id>/edit/", agents.agent_edit, name="agent_edit"),
+    path("agents/<uuid:agent_id>/enabled/", agents.agent_toggle, name="agent_toggle"),
+    path("agents/<uuid:agent_id>/delete/", agents.agent_delete, name="agent_delete"),
+    path("crews/", crews.crew_list, name="crews"),
+    path("crews/new/", crews.crew_new, name="crew_new"),
+    path("crews/task-row/", crews.task_row, name="crew_task_row"),
+    path("crews/input-row/", crews.input_row, name="crew_input_row"),
+    path("crews/<uuid:crew_id>/", crews.crew_detail, name="crew_detail"),
+    path("crews/<uuid:crew_id>/edit/", crews.crew_edit, name="crew_edit"),
+    path("crews/<uuid:crew_id>/enabled/", crews.crew_toggle, name="crew_toggle"),
+    path("crews/<uuid:crew_id>/delete/", crews.crew_delete, name="crew_delete"),
     path("runs/", dashboard.coming_soon, {"section": "runs"}, name="runs"),
     path("inbox/", dashboard.coming_soon, {"section": "inbox"}, name="inbox"),
     path("costs/", dashboard.coming_soon, {"section": "costs"}, name="costs"),

@@ -1,0 +1,164 @@
+"""Crew pages: list, editor (tasks reordered by drag or buttons, supervisor and members, inputs,
+limits), detail with history."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+from django_htmx.http import HttpResponseClientRedirect
+
+from apps.agents import selectors as agents
+from apps.core.errors import ValidationFailed
+from apps.crews import selectors, services
+from apps.crews.validation import INPUT_TYPES
+from apps.web.access import member_required
+
+SCALARS = ("name", "description", "process", "supervisor_agent_id", "max_hops", "max_tool_calls", "timeout_s",
+           "token_budget", "budget_usd")
+
+
+def _redirect(request: HttpRequest, url: str) -> HttpResponse:
+    return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+
+
+@member_required()
+def crew_list(request: HttpRequest) -> HttpResponse:
+    return render(request, "web/crews/list.html", {"crews": selectors.org_crews(org_id=request.actor.org_id),
+                                                   "can_build": request.actor.can("build")})
+
+
+# --- The editor ----------------------------------------------------------------------------------
+
+def parse_routing_rules(text: str) -> list[dict[str, str]]:
+    """One rule a line: `text => Member name` (or `=> FINISH`)."""
+    rules = []
+    for line in (text or "").splitlines():
+        if line.strip():
+            contains, _, route = line.partition("=>")
+            rules.append({"contains": contains.strip(), "route": route.strip()})
+    return rules
+
+
+def _submitted(request: HttpRequest) -> dict[str, Any]:
+    post = request.POST
+    values: dict[str, Any] = {key: post.get(key, "") for key in SCALARS}
+    values["tasks"] = [{"name": n, "agent_id": a, "description": d, "context": c} for n, a, d, c in zip(
+        post.getlist("task_name"), post.getlist("task_agent"), post.getlist("task_description"),
+        post.getlist("task_context"), strict=False)]
+    values["inputs"] = [{"name": n, "type": t, "required": r != "no"} for n, t, r in zip(
+        post.getlist("input_name"), post.getlist("input_type"), post.getlist("input_required"), strict=False)
+        if n.strip() or t != "string"]
+    values["members"] = post.getlist("members")
+    values["routing_rules"] = parse_routing_rules(post.get("routing_rules", ""))
+    return values
+
+
+def _crew_values(crew) -> dict[str, Any]:
+    values = {key: getattr(crew, key) for key in SCALARS if key != "supervisor_agent_id"}
+    values["supervisor_agent_id"] = str(crew.supervisor_id or "")
+    values["tasks"] = [{"name": t.name, "agent_id": str(t.agent_id), "description": t.description,
+                        "context": ", ".join(t.context)} for t in crew.tasks.all()]
+    values["inputs"] = crew.inputs
+    values["members"] = [str(m.agent_id) for m in crew.members.all()]
+    values["routing_rules"] = crew.routing_rules
+    for key in ("token_budget", "budget_usd"):
+        values[key] = "" if values[key] is None else values[key]
+    return values
+
+
+def _editor(request: HttpRequest, *, crew, values: dict[str, Any], errors: dict[str, str] | None = None,
+            status: int = 200) -> HttpResponse:
+    errors = errors or {}
+    tasks = [{**t, "context": t["context"] if isinstance(t["context"], str) else ", ".join(t["context"]),
+              "errors": {k: errors.get(f"tasks.{i}.{k}", "") for k in ("name", "agent_id", "description", "context")}}
+             for i, t in enumerate(values.get("tasks") or [])]
+    inputs = [{**row, "error": errors.get(f"inputs.{i}", "")} for i, row in enumerate(values.get("inputs") or [])]
+    rules_text = "\n".join(f"{r['contains']} => {r['route']}" for r in values.get("routing_rules") or [])
+    rule_errors = [m for k, m in errors.items() if k.startswith("routing_rules.")]
+    context = {"crew": crew, "values": values, "errors": errors, "tasks": tasks, "inputs": inputs,
+               "rules_text": rules_text, "rule_errors": rule_errors, "input_types": INPUT_TYPES,
+               "agents": list(agents.org_agents(org_id=request.actor.org_id)),
+               "members": [str(m) for m in values.get("members") or []]}
+    template = "web/crews/edit.html#crew-form" if request.htmx else "web/crews/edit.html"
+    return render(request, template, context, status=status)
+
+
+def _save(request: HttpRequest, crew=None) -> HttpResponse:
+    values = _submitted(request)
+    try:
+        if crew is None:
+            saved = services.create_crew(actor=request.actor, **values)
+            messages.success(request, f"Crew “{saved.name}” created.")
+        else:
+            saved = services.update_crew(actor=request.actor, crew_id=crew.id, **values)
+            messages.success(request, f"Crew “{saved.name}” saved (version {saved.version}).")
+    except ValidationFailed as exc:
+        return _editor(request, crew=crew, values=values, errors=exc.errors, status=422)
+    return _redirect(request, reverse("web:crew_detail", args=[saved.id]))
+
+
+@member_required("build")
+def crew_new(request: HttpRequest) -> HttpResponse:
+    if request.method == "POST":
+        return _save(request)
+    values = {"process": "sequential", "max_hops": 6, "max_tool_calls": 50, "timeout_s": 900,
+              "tasks": [{"name": "", "agent_id": "", "description": "", "context": ""}], "inputs": []}
+    return _editor(request, crew=None, values=values)
+
+
+@member_required("build")
+def crew_edit(request: HttpRequest, crew_id) -> HttpResponse:
+    crew = selectors.get_crew(org_id=request.actor.org_id, crew_id=crew_id)
+    if request.method == "POST":
+        return _save(request, crew)
+    return _editor(request, crew=crew, values=_crew_values(crew))
+
+
+@member_required("build")
+def task_row(request: HttpRequest) -> HttpResponse:
+    task = {"name": "", "agent_id": "", "description": "", "context": "", "errors": {}}
+    return render(request, "web/crews/_task_row.html", {
+        "task": task, "agents": list(agents.org_agents(org_id=request.actor.org_id))})
+
+
+@member_required("build")
+def input_row(request: HttpRequest) -> HttpResponse:
+    return render(request, "web/crews/_input_row.html", {"row": {"name": "", "type": "string", "required": True},
+                                                         "input_types": INPUT_TYPES})
+
+
+# --- Detail, enable/disable, delete ----------------------------------------------------------------
+
+@member_required()
+def crew_detail(request: HttpRequest, crew_id) -> HttpResponse:
+    crew = selectors.get_crew(org_id=request.actor.org_id, crew_id=crew_id)
+    versions = list(selectors.crew_versions(crew=crew)[:20])
+    for version in versions:
+        version.diffs = [(field, agents.diff_lines(before, after))
+                         for field, (before, after) in sorted(version.changes.items())]
+    return render(request, "web/crews/detail.html", {
+        "crew": crew, "versions": versions, "disabled_agents": selectors.disabled_agents(crew),
+        "can_build": request.actor.can("build")})
+
+
+@require_POST
+@member_required("build")
+def crew_toggle(request: HttpRequest, crew_id) -> HttpResponse:
+    enable = request.POST.get("enabled") == "1"
+    crew = services.set_crew_enabled(actor=request.actor, crew_id=crew_id, enabled=enable)
+    messages.success(request, f"Crew “{crew.name}” {'enabled' if enable else 'disabled'}; its history stays.")
+    return _redirect(request, reverse("web:crew_detail", args=[crew.id]))
+
+
+@require_POST
+@member_required("build")
+def crew_delete(request: HttpRequest, crew_id) -> HttpResponse:
+    crew = selectors.get_crew(org_id=request.actor.org_id, crew_id=crew_id)
+    services.delete_crew(actor=request.actor, crew_id=crew_id)
+    messages.success(request, f"Crew “{crew.name}” deleted.")
+    return _redirect(request, reverse("web:crews"))
