@@ -51,6 +51,7 @@ app.conf.update(
     beat_schedule={
         "worker-heartbeat": {"task": "apps.core.tasks.record_worker_heartbeat", "schedule": 30.0},
         "prune-broadcasts": {"task": "apps.core.tasks.prune_broadcasts", "schedule": 60.0},
+        "registry-sync-stale-servers": {"task": "apps.registry.tasks.sync_stale_servers", "schedule": 300.0},
     },
 )
 app.autodiscover_tasks()

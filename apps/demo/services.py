@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,8 +22,11 @@ from apps.accounts.actors import system_actor
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
 from apps.core.errors import NotFound
+from apps.registry import selectors as registry_selectors
+from apps.registry import services as registry_services
 
 DEMO_SLUG = "demo"
+ORDER_DESK_NAME = "orders"
 DEMO_USERS = [
     ("owner@demo.example", Role.OWNER),
     ("approver@demo.example", Role.APPROVER),
@@ -76,5 +80,21 @@ def seed_demo() -> DemoSeed:
                 accounts_services.ensure_user(email=email, password=saved[email])
             accounts_services.add_member(actor=actor, email=email, role=role)
             created = True
+    created = _seed_order_desk(actor) or created
     _save_logins(saved)
     return DemoSeed(created=created, logins={email: saved.get(email) for email, _ in DEMO_USERS})
+
+
+def _seed_order_desk(actor) -> bool:
+    """Registers the bundled order desk (apps/demo/order_desk.py) as an internal stdio server
+    named `orders` and syncs it once. Returns False when it is already registered."""
+    if registry_selectors.get_server_by_name(org_id=actor.org_id, name=ORDER_DESK_NAME):
+        return False
+    server = registry_services.create_server(
+        actor=actor, name=ORDER_DESK_NAME, transport="stdio", trust_tier="internal", command=sys.executable,
+        args=["-m", "apps.demo.order_desk", "stdio"], cwd=str(settings.BASE_DIR),
+        env={"ORDER_DESK_DATA": str(Path(settings.VAR_DIR) / "order-desk.json")},
+        description="The bundled demo order desk: order lookups, refunds, customer deletion.", sync=False,
+    )
+    registry_services.sync_server(actor=actor, server_id=server.id)
+    return True

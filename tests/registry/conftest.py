@@ -72,9 +72,6 @@ def order_desk_http(order_desk_data, tmp_path):
         wait_for_port(port, proc, log)
         yield f"http://127.0.0.1:{port}/mcp"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        pool.close_all()
+        proc.kill()
+        proc.wait()

@@ -59,3 +59,16 @@ def test_http_sync_and_call(actor, order_desk_http):
     assert _risks(server) == EXPECTED_RISKS
     result = pool.call_tool(server.id, "list_orders", {"customer_id": "C-100"}, timeout=10)
     assert [o["order_id"] for o in result.structured_content["orders"]] == ["A-1001", "A-1002"]
+
+
+def test_seed_demo_registers_and_syncs_the_order_desk_once(db, settings, tmp_path):
+    from apps.demo.services import seed_demo
+    from apps.registry.models import McpServer
+
+    settings.VAR_DIR = tmp_path
+    seed_demo()
+    server = McpServer.objects.get(org__slug="demo", name="orders")
+    assert server.status == "ok", server.last_error
+    assert sorted(server.tools.values_list("risk", flat=True)) == ["dangerous", "read", "read", "write"]
+    assert seed_demo().created is False
+    assert McpServer.objects.filter(org__slug="demo").count() == 1
