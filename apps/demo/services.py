@@ -22,6 +22,7 @@ from apps.accounts.actors import system_actor
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
 from apps.core.errors import NotFound
+from apps.demo.agents_and_crews import seed_agents_and_crews
 from apps.registry import selectors as registry_selectors
 from apps.registry import services as registry_services
 
@@ -81,6 +82,7 @@ def seed_demo() -> DemoSeed:
             accounts_services.add_member(actor=actor, email=email, role=role)
             created = True
     created = _seed_order_desk(actor) or created
+    created = seed_agents_and_crews(actor) or created
     _save_logins(saved)
     return DemoSeed(created=created, logins={email: saved.get(email) for email, _ in DEMO_USERS})
 

@@ -1,0 +1,32 @@
+"""seed_demo's agents and crews on the bundled order desk (a real stdio MCP server synced once)."""
+
+from __future__ import annotations
+
+from apps.accounts.models import Organization
+from apps.agents import selectors as agents
+from apps.agents.models import AgentVersion
+from apps.crews import selectors as crews
+
+
+def test_seed_demo_adds_the_demo_agents_and_crews_once(db, settings, tmp_path):
+    from apps.demo.services import seed_demo
+
+    settings.VAR_DIR = tmp_path
+    seed_demo()
+    org_id = Organization.objects.get(slug="demo").id
+    by_name = {a.name: a for a in agents.org_agents(org_id=org_id)}
+    assert set(by_name) == {"Order triage", "Refunds", "Desk supervisor"}
+    assert all(a.connection.provider == "scripted" and a.script for a in by_name.values())
+    decisions = {p.grant.tool.qualified_name: p.now.decision for p in agents.effective_permissions(by_name["Refunds"])}
+    assert decisions == {"orders.get_order_status": "allow", "orders.refund_order": "hold",
+                         "orders.delete_customer": "deny"}
+    triage = {p.grant.tool.qualified_name: p.now.decision
+              for p in agents.effective_permissions(by_name["Order triage"])}
+    assert triage == {"orders.get_order_status": "allow", "orders.list_orders": "allow"}
+    desk = {c.name: c for c in crews.org_crews(org_id=org_id)}
+    assert [t.name for t in desk["Refund desk"].tasks.all()] == ["triage", "refund"]
+    assert desk["Order desk (supervised)"].supervisor.name == "Desk supervisor"
+
+    versions = AgentVersion.objects.filter(org_id=org_id).count()
+    assert seed_demo().created is False
+    assert AgentVersion.objects.filter(org_id=org_id).count() == versions
