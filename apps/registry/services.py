@@ -409,3 +409,17 @@ def tool_diff(tool: Tool) -> str:
     if not tool.has_drift:
         return ""
     return definition_diff(tool.pinned_definition, tool.definition)
+
+
+def request_sync(*, actor: Actor, server_id: UUID | str) -> McpServer:
+    """Marks the server `syncing` and enqueues a sync on commit (the web button; no audit row:
+    the sync itself writes one). Raises PermissionDenied, NotFound, Conflict (disabled)."""
+    actor.require("servers.manage")
+    with transaction.atomic():
+        server = selectors.get_server(org_id=actor.org_id, server_id=server_id)
+        if not server.enabled:
+            raise Conflict(f"The server {server.name!r} is disabled; enable it before syncing.")
+        server.status = ServerStatus.SYNCING
+        server.save(update_fields=["status", "updated_at"])
+        _enqueue_sync(server)
+    return server

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from apps.web.views import agents, audit, auth, crews, dashboard, members, system, tokens
+from apps.web.views import agents, audit, auth, crews, dashboard, members, servers, system, tokens
 
 app_name = "web"
 
@@ -38,7 +38,15 @@ urlpatterns = [
     path("settings/system/check-worker/", system.check_worker, name="check_worker"),
     path("audit/", audit.audit_log, name="audit"),
     # Sections whose pages arrive with their issues
-    path("servers/", dashboard.coming_soon, {"section": "servers"}, name="servers"),
+    path("servers/", servers.servers, name="servers"),
+    path("servers/<uuid:server_id>/", servers.server, name="server"),
+    path("servers/<uuid:server_id>/status/", servers.server_status, name="server_status"),
+    path("servers/<uuid:server_id>/sync/", servers.server_sync, name="server_sync"),
+    path("servers/<uuid:server_id>/toggle/", servers.server_toggle, name="server_toggle"),
+    path("servers/<uuid:server_id>/delete/", servers.server_delete, name="server_delete"),
+    path("tools/<uuid:tool_id>/", servers.tool, name="tool"),
+    path("tools/<uuid:tool_id>/pin/", servers.tool_pin, name="tool_pin"),
+    path("tools/<uuid:tool_id>/update/", servers.tool_update, name="tool_update"),
     # Agents, LLM connections and crews
     path("agents/", agents.agent_list, name="agents"),
     path("agents/new/", agents.agent_new, name="agent_new"),

@@ -1,0 +1,152 @@
+"""MCP servers and their tools: list, register, detail with sync, tool review (pin, risk, state)."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from apps.core.errors import ValidationFailed
+from apps.registry import selectors, services
+from apps.registry.models import TRUST_TIER_HELP, Risk, ServerStatus, ToolState, Transport, TrustTier
+from apps.web.access import member_required
+from apps.web.forms import apply_domain_errors
+
+
+def _lines(text: str) -> list[str]:
+    return [line.strip() for line in (text or "").splitlines() if line.strip()]
+
+
+def _pairs(text: str, sep: str) -> dict[str, str] | None:
+    """`KEY=value` (or `Name: value`) lines to a dict; empty text means "keep what is stored"."""
+    lines = _lines(text)
+    if not lines:
+        return None
+    return {k.strip(): v.strip() for k, _, v in (line.partition(sep) for line in lines)}
+
+
+class ServerForm(forms.Form):
+    name = forms.CharField(max_length=32, help_text="Lowercase; tools are called name.tool.")
+    description = forms.CharField(max_length=300, required=False)
+    transport = forms.ChoiceField(choices=Transport.choices)
+    trust_tier = forms.ChoiceField(choices=TrustTier.choices, initial=TrustTier.THIRD_PARTY)
+    command = forms.CharField(max_length=500, required=False, help_text="stdio: the program to start.")
+    args = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
+                           help_text="stdio: one argument per line (no shell).")
+    cwd = forms.CharField(max_length=500, required=False, label="Working directory")
+    env = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}), label="Environment",
+                          help_text="KEY=value per line. Write-only: leave empty to keep the stored values.")
+    url = forms.CharField(max_length=500, required=False, label="URL", help_text="http: the Streamable HTTP endpoint.")
+    headers = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
+                              help_text="Name: value per line. Write-only: leave empty to keep.")
+    bearer_token = forms.CharField(required=False, widget=forms.PasswordInput, help_text="Write-only.")
+
+    def service_fields(self) -> dict:
+        data = dict(self.cleaned_data)
+        data["args"] = _lines(data["args"])
+        data["env"] = _pairs(data["env"], "=")
+        data["headers"] = _pairs(data["headers"], ":")
+        return data
+
+
+def _list_page(request: HttpRequest, form: ServerForm, status: int = 200) -> HttpResponse:
+    context = {"servers": selectors.servers_for_org(org_id=request.actor.org_id), "form": form,
+               "tiers": [(t, TRUST_TIER_HELP[t]) for t in TrustTier]}
+    return render(request, "web/servers/list.html", context, status=status)
+
+
+@member_required()
+def servers(request: HttpRequest) -> HttpResponse:
+    if request.method != "POST":
+        return _list_page(request, ServerForm())
+    request.actor.require("servers.manage")
+    form = ServerForm(request.POST)
+    if not form.is_valid():
+        return _list_page(request, form, status=422)
+    try:
+        server = services.create_server(actor=request.actor, **form.service_fields())
+    except ValidationFailed as exc:
+        apply_domain_errors(form, exc)
+        return _list_page(request, form, status=422)
+    messages.success(request, f"Server “{server.name}” registered; syncing now.")
+    return redirect("web:server", server_id=server.id)
+
+
+def _detail(request: HttpRequest, server_id, template: str = "web/servers/detail.html") -> HttpResponse:
+    server = selectors.get_server(org_id=request.actor.org_id, server_id=server_id)
+    tools = selectors.tools_for_org(org_id=request.actor.org_id, server=server.id)
+    context = {"server": server, "tools": tools, "syncing": server.status == ServerStatus.SYNCING,
+               "tier_help": TRUST_TIER_HELP.get(server.trust_tier, "")}
+    return render(request, template, context)
+
+
+@member_required()
+def server(request: HttpRequest, server_id) -> HttpResponse:
+    return _detail(request, server_id)
+
+
+@member_required()
+def server_status(request: HttpRequest, server_id) -> HttpResponse:
+    """The status card alone: polled by htmx while a sync runs."""
+    return _detail(request, server_id, "web/servers/detail.html#server-status")
+
+
+@require_POST
+@member_required("servers.manage")
+def server_sync(request: HttpRequest, server_id) -> HttpResponse:
+    services.request_sync(actor=request.actor, server_id=server_id)
+    if request.htmx:
+        return _detail(request, server_id, "web/servers/detail.html#server-status")
+    return redirect("web:server", server_id=server_id)
+
+
+@require_POST
+@member_required("servers.manage")
+def server_toggle(request: HttpRequest, server_id) -> HttpResponse:
+    current = selectors.get_server(org_id=request.actor.org_id, server_id=server_id)
+    services.set_server_enabled(actor=request.actor, server_id=server_id, enabled=not current.enabled)
+    return redirect("web:server", server_id=server_id)
+
+
+@require_POST
+@member_required("servers.manage")
+def server_delete(request: HttpRequest, server_id) -> HttpResponse:
+    services.delete_server(actor=request.actor, server_id=server_id)
+    messages.success(request, "Server deleted.")
+    return redirect("web:servers")
+
+
+def _tool_page(request: HttpRequest, tool_id, status: int = 200, error: str = "") -> HttpResponse:
+    tool = selectors.get_tool(org_id=request.actor.org_id, tool_id=tool_id)
+    context = {"tool": tool, "diff": services.tool_diff(tool), "risks": Risk.choices, "error": error,
+               "states": [(s, label) for s, label in ToolState.choices if s != ToolState.REMOVED]}
+    return render(request, "web/servers/tool.html", context, status=status)
+
+
+@member_required()
+def tool(request: HttpRequest, tool_id) -> HttpResponse:
+    return _tool_page(request, tool_id)
+
+
+@require_POST
+@member_required("servers.manage")
+def tool_pin(request: HttpRequest, tool_id) -> HttpResponse:
+    services.pin_tool(actor=request.actor, tool_id=tool_id)
+    messages.success(request, "Definition pinned: the tool is usable again.")
+    return redirect("web:tool", tool_id=tool_id)
+
+
+@require_POST
+@member_required("servers.manage")
+def tool_update(request: HttpRequest, tool_id) -> HttpResponse:
+    current = selectors.get_tool(org_id=request.actor.org_id, tool_id=tool_id)
+    risk, state = request.POST.get("risk") or None, request.POST.get("state") or None
+    try:
+        services.update_tool(actor=request.actor, tool_id=tool_id, risk=risk if risk != current.risk else None,
+                             state=state if state != current.state else None)
+    except ValidationFailed as exc:
+        return _tool_page(request, tool_id, status=422, error=exc.message)
+    messages.success(request, "Tool updated.")
+    return redirect("web:tool", tool_id=tool_id)
