@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Coroutine, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from pydantic_ai import direct
@@ -28,6 +29,18 @@ DEFAULT_TIMEOUT_S = 30.0
 CHECK_TIMEOUT_S = 10.0
 # The engine owns retries (with backoff and jitter); the SDKs must not retry behind its back.
 BASE_SETTINGS: ModelSettings = {"max_retries": 0, "timeout": DEFAULT_TIMEOUT_S}
+T = TypeVar("T")
+
+
+def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Runs a coroutine to completion from sync code, even where this thread already runs an event loop
+    (then on a short-lived thread of its own)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
 
 
 @dataclass(frozen=True)
@@ -93,7 +106,7 @@ def check_connection(spec: ConnectionSpec, *, model_name: str, timeout_s: float 
     started = time.monotonic()
     try:
         model = build_model(spec, model_name=model_name, timeout_s=timeout_s)
-        response = asyncio.run(asyncio.wait_for(direct.model_request(
+        response = run_blocking(asyncio.wait_for(direct.model_request(
             model, [ModelRequest.user_text_prompt("Reply with the single word OK.")],
             model_settings={"max_tokens": 5, "max_retries": 0, "timeout": timeout_s},
         ), timeout=timeout_s + 2))

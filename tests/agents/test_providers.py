@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 from pydantic_ai import direct
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models import ModelRequestParameters
 from pydantic_ai.tools import ToolDefinition
 
-from apps.agents.providers import ConnectionSpec, build_model, check_connection
+from apps.agents.providers import ConnectionSpec, build_model, check_connection, run_blocking
 from tests.agents.fake_llm import FakeLLM
 
 REFUND = ToolDefinition(name="orders__refund_order", description="Refund an order",
@@ -19,7 +17,7 @@ REFUND = ToolDefinition(name="orders__refund_order", description="Refund an orde
 
 def ask(model, messages=None, tools=()):
     messages = messages or [ModelRequest.user_text_prompt("hello")]
-    return asyncio.run(direct.model_request(model, messages, model_request_parameters=ModelRequestParameters(
+    return run_blocking(direct.model_request(model, messages, model_request_parameters=ModelRequestParameters(
         function_tools=list(tools))))
 
 
