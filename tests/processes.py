@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -109,3 +110,12 @@ def celery_worker(log_dir: Path, *, concurrency: int = 2, **env: str):
         yield proc
     finally:
         stop(proc, timeout=15)
+
+
+def run_async(coroutine):
+    """Run a coroutine to completion on a fresh loop in its own thread: Playwright's sync API
+    keeps an event loop running in the test thread once browser tests have run."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()

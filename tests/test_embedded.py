@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import websockets
 
-from tests.processes import free_port, wait_for_port
+from tests.processes import free_port, run_async, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,7 +94,7 @@ def test_embedded_mode_boots_from_a_clean_checkout(checkout):
                         return frame
             raise AssertionError("the worker's answer never arrived")
 
-        assert 'data-state="answered"' in asyncio.run(check_worker_over_websocket())
+        assert 'data-state="answered"' in run_async(check_worker_over_websocket())
     finally:
         launcher.send_signal(signal.SIGINT)
         launcher.wait(timeout=30)

@@ -15,6 +15,7 @@ from django.test import Client
 
 from apps.core.services import request_worker_check
 from config.asgi import application
+from tests.processes import run_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -41,7 +42,7 @@ def test_an_anonymous_socket_is_closed_with_4403(org):
         await communicator.disconnect()
         return connected, closing
 
-    connected, closing = asyncio.run(scenario())
+    connected, closing = run_async(scenario())
     assert connected
     assert closing == {"type": "websocket.close", "code": 4403}
 
@@ -55,7 +56,7 @@ def test_a_member_of_another_org_is_closed_with_4403(org, outsider):
         await communicator.disconnect()
         return closing
 
-    assert asyncio.run(scenario()) == {"type": "websocket.close", "code": 4403}
+    assert run_async(scenario()) == {"type": "websocket.close", "code": 4403}
 
 
 def test_a_foreign_origin_is_refused_at_the_handshake(owner):
@@ -66,7 +67,7 @@ def test_a_foreign_origin_is_refused_at_the_handshake(owner):
         await communicator.disconnect()
         return connected
 
-    assert asyncio.run(scenario()) is False
+    assert run_async(scenario()) is False
 
 
 def test_a_member_receives_the_inbox_badge_on_connect(owner):
@@ -78,7 +79,7 @@ def test_a_member_receives_the_inbox_badge_on_connect(owner):
         await communicator.disconnect()
         return first
 
-    badge = asyncio.run(scenario())
+    badge = run_async(scenario())
     assert 'id="inbox-badge"' in badge
     assert 'hx-swap-oob="true"' in badge
     assert 'data-count="0"' in badge
@@ -105,7 +106,7 @@ async def _listen_for(url: str, cookie: str, org_id, marker: str, *, idle_first:
 def test_an_event_published_by_a_worker_reaches_a_connected_browser(owner, live_url, worker):
     cookie = session_cookie(owner)
     check_id = str(uuid.uuid4())
-    frame = asyncio.run(_listen_for(
+    frame = run_async(_listen_for(
         live_url, cookie, owner.org_id, f"worker-check-{check_id}",
         trigger=lambda: request_worker_check(org_id=str(owner.org_id), check_id=check_id),
     ))
@@ -117,7 +118,7 @@ def test_an_idle_socket_still_receives_events_after_the_redis_read_timeout(owner
     """redis-py 8 defaults socket_timeout to 5 s; an idle consumer must survive it."""
     cookie = session_cookie(owner)
     check_id = str(uuid.uuid4())
-    frame = asyncio.run(_listen_for(
+    frame = run_async(_listen_for(
         live_url, cookie, owner.org_id, f"worker-check-{check_id}", idle_first=7.0,
         trigger=lambda: request_worker_check(org_id=str(owner.org_id), check_id=check_id),
     ))
