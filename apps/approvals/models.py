@@ -1,0 +1,92 @@
+"""The approval inbox: requests for a person's decision, and each person's vote.
+
+A tool-call request binds to the hash of the arguments it was shown with and to the tool's
+definition hash; a decision with edited arguments records them (and their hash) in
+`approved_arguments`. `run_id` / `tool_call_id` are UUIDs: runs sits above approvals.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+from apps.core.models import TenantModel
+
+
+class ApprovalKind(models.TextChoices):
+    TOOL_CALL = "tool_call", "Tool call"
+    DEFINITION_CHANGE = "definition_change", "Tool definition change"
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    EXPIRED = "expired", "Expired"
+
+
+class VoteDecision(models.TextChoices):
+    APPROVE = "approve", "Approve"
+    REJECT = "reject", "Reject"
+
+
+class ApprovalRequest(TenantModel):
+    kind = models.CharField(max_length=20, choices=ApprovalKind.choices, default=ApprovalKind.TOOL_CALL)
+    status = models.CharField(max_length=10, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING)
+    run_id = models.UUIDField(null=True, blank=True)
+    tool_call_id = models.UUIDField(null=True, blank=True)
+    agent = models.ForeignKey("agents.Agent", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    tool = models.ForeignKey("registry.Tool", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    title = models.CharField(max_length=300, blank=True)  # e.g. "orders.refund_order by Refunds"
+    arguments = models.JSONField(default=dict, blank=True)  # as proposed
+    approved_arguments = models.JSONField(null=True, blank=True)  # as approved (edited or not)
+    args_hash = models.CharField(max_length=64, blank=True)  # of `arguments`
+    approved_args_hash = models.CharField(max_length=64, blank=True)
+    definition_hash = models.CharField(max_length=64, blank=True)
+    risk = models.CharField(max_length=10, blank=True)
+    reason = models.CharField(max_length=500, blank=True)  # the policy's reason for holding
+    rule = models.CharField(max_length=40, blank=True)
+    context = models.JSONField(default=dict, blank=True)  # task, agent, findings, diff ... for the reviewer
+    required_approvals = models.PositiveSmallIntegerField(default=1)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+    decided_by_label = models.CharField(max_length=200, blank=True)
+    comment = models.TextField(blank=True)
+    requested_by_user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
+                                          blank=True, related_name="+")  # who started the run
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["org", "status", "-created_at"], name="approval_org_status"),
+            models.Index(fields=["run_id"], name="approval_run"),
+            models.Index(fields=["status", "expires_at"], name="approval_expiry"),
+        ]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return self.title or f"{self.kind} {self.id}"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == ApprovalStatus.PENDING
+
+
+class ApprovalVote(TenantModel):
+    """One person's decision on a request (M of N: each person once; any rejection rejects)."""
+
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.CASCADE, related_name="votes")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                             related_name="+")
+    actor_label = models.CharField(max_length=200)
+    decision = models.CharField(max_length=10, choices=VoteDecision.choices)
+    comment = models.TextField(blank=True)
+    arguments = models.JSONField(null=True, blank=True)  # edited arguments, when the voter changed them
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["request", "user"], name="approval_vote_once")]
+        ordering = ["created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.actor_label}: {self.decision}"

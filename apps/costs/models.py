@@ -1,0 +1,62 @@
+"""Prices and usage: what each model call cost, priced when it happened.
+
+`UsageRecord` refers to runs, crews and agents by UUID only (costs sits below them in the app
+order). `cost_usd` NULL means the price was unknown: never store a guess or a zero for it.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from apps.core.models import TenantModel
+
+
+class ModelPrice(TenantModel):
+    """An organisation's own price for a model (self-hosted, new, negotiated), from a date on.
+
+    `provider` empty: the price applies to the model under any provider.
+    """
+
+    provider = models.CharField(max_length=40, blank=True)
+    model = models.CharField(max_length=200)
+    input_per_mtok = models.DecimalField(max_digits=12, decimal_places=6)
+    output_per_mtok = models.DecimalField(max_digits=12, decimal_places=6)
+    cached_per_mtok = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    effective_from = models.DateTimeField()
+    note = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org", "provider", "model", "effective_from"],
+                                               name="model_price_org_model_from")]
+        ordering = ["model", "-effective_from"]
+
+    def __str__(self) -> str:
+        return f"{self.provider or '*'}:{self.model} from {self.effective_from:%Y-%m-%d}"
+
+
+class UsageRecord(TenantModel):
+    """One model call's tokens, latency and cost."""
+
+    run_id = models.UUIDField(null=True, blank=True)
+    crew_id = models.UUIDField(null=True, blank=True)
+    agent_id = models.UUIDField(null=True, blank=True)
+    provider = models.CharField(max_length=40)
+    model = models.CharField(max_length=200)
+    input_tokens = models.PositiveIntegerField(default=0)  # includes cached
+    cached_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)  # NULL: unknown
+    price_source = models.CharField(max_length=80, blank=True)  # "genai-prices 0.2.3", "override:<id>", "scripted"
+    latency_ms = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["org", "created_at"], name="usage_org_created"),
+            models.Index(fields=["org", "run_id"], name="usage_org_run"),
+            models.Index(fields=["org", "agent_id", "created_at"], name="usage_org_agent"),
+            models.Index(fields=["org", "crew_id", "created_at"], name="usage_org_crew"),
+        ]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.provider}:{self.model} {self.input_tokens}/{self.output_tokens}"

@@ -1,0 +1,57 @@
+"""What a model call cost: the organisation's own price first, then genai-prices, else unknown.
+
+Unknown is `None`, never zero: a self-hosted or brand-new model has no public price, and
+budgets and reports must say "unknown" rather than pretend it was free. The scripted model is
+built in and free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from uuid import UUID
+
+import genai_prices
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.costs.models import ModelPrice
+
+MILLION = Decimal(1_000_000)
+GENAI_SOURCE = f"genai-prices {genai_prices.__version__}"
+# Airlock provider kinds -> genai-prices provider ids (None: match the model name alone).
+PROVIDER_IDS = {"openai": "openai", "anthropic": "anthropic", "openai_compatible": None}
+
+
+@dataclass(frozen=True)
+class Price:
+    cost_usd: Decimal | None  # None: unknown
+    source: str  # which price was used, stored with the usage row
+
+
+def price_call(*, org_id: UUID | str, provider: str, model: str, input_tokens: int, output_tokens: int,
+               cached_tokens: int = 0, at: datetime | None = None) -> Price:
+    """The cost of one call. `input_tokens` includes `cached_tokens` (as providers report them)."""
+    at = at or timezone.now()
+    override = _override(org_id=org_id, provider=provider, model=model, at=at)
+    if override is not None:
+        cached_rate = override.cached_per_mtok if override.cached_per_mtok is not None else override.input_per_mtok
+        cost = ((input_tokens - cached_tokens) * override.input_per_mtok + cached_tokens * cached_rate
+                + output_tokens * override.output_per_mtok) / MILLION
+        return Price(cost.quantize(Decimal("0.00000001")), f"override:{override.id}")
+    if provider == "scripted":
+        return Price(Decimal(0), "scripted (built in, free)")
+    try:
+        calc = genai_prices.calc_price(
+            genai_prices.Usage(input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cached_tokens),
+            model_ref=model, provider_id=PROVIDER_IDS.get(provider), genai_request_timestamp=at)
+    except LookupError:
+        return Price(None, "unknown")
+    return Price(Decimal(calc.total_price).quantize(Decimal("0.00000001")), GENAI_SOURCE)
+
+
+def _override(*, org_id: UUID | str, provider: str, model: str, at: datetime) -> ModelPrice | None:
+    return (ModelPrice.objects.filter(org_id=org_id, model=model, effective_from__lte=at)
+            .filter(Q(provider=provider) | Q(provider=""))
+            .order_by("-effective_from", "-provider").first())

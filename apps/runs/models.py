@@ -1,0 +1,211 @@
+"""Runs of a crew, their steps, the tool-call ledger and the append-only event log.
+
+- `Run`: status, inputs/output, the snapshot of everything it ran with, the engine's cursor
+  (`state`), the worker lease, totals. A claim is a conditional UPDATE on status + lease.
+- `RunStep`: an agent turn (kind `agent`, holding the persisted pydantic-ai message history of
+  that conversation) or a model call inside one (kind `llm`: provider, model, tokens, cost,
+  latency). Steps form a tree through `parent`.
+- `ToolCall`: the ledger (ARCHITECTURE section 4), one row per call the model asked for,
+  keyed by (run, step, call_id). States in `CallState`; `dispatched` is committed before the
+  request leaves, and a `dispatched` row found on resume becomes `unknown`.
+- `RunEvent`: append-only, per-run `seq`; the page and the API replay from it.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from apps.core.models import TenantModel
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    WAITING = "waiting", "Waiting for a person"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    TIMED_OUT = "timed_out", "Timed out"
+    LIMIT_EXCEEDED = "limit_exceeded", "Limit exceeded"
+
+
+FINISHED = frozenset({RunStatus.SUCCEEDED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.TIMED_OUT,
+                      RunStatus.LIMIT_EXCEEDED})
+
+
+class ErrorClass(models.TextChoices):
+    TRANSIENT = "transient", "Transient"
+    VALIDATION = "validation", "Validation"
+    BUSINESS = "business", "Business"
+    PERMISSION = "permission", "Permission"
+    LIMIT = "limit", "Limit"
+    INTERNAL = "internal", "Internal"
+
+
+class Run(TenantModel):
+    crew = models.ForeignKey("crews.Crew", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
+    crew_name = models.CharField(max_length=100)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    inputs = models.JSONField(default=dict, blank=True)
+    output = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+    error_class = models.CharField(max_length=12, choices=ErrorClass.choices, blank=True)
+    # crew, agents (with prompts and grants), tool definitions and the versions used
+    snapshot = models.JSONField(default=dict)
+    started_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+    started_by_label = models.CharField(max_length=200, blank=True)
+    idempotency_key = models.CharField(max_length=200, blank=True)
+    # The worker lease: a claim sets both; a live lease means someone is working on it.
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    deliveries = models.PositiveIntegerField(default=0)  # claims after a lost worker (capped)
+    state = models.JSONField(default=dict, blank=True)  # the engine's cursor
+    hops = models.PositiveIntegerField(default=0)
+    tool_calls = models.PositiveIntegerField(default=0)
+    tokens_in = models.PositiveIntegerField(default=0)
+    tokens_out = models.PositiveIntegerField(default=0)
+    tokens_cached = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True, default=0)
+    cost_unknown_calls = models.PositiveIntegerField(default=0)  # model calls with no known price
+    cancel_requested = models.BooleanField(default=False)
+    tainted = models.BooleanField(default=False)  # read untrusted content: every write needs a person
+    last_seq = models.PositiveIntegerField(default=0)  # of its events
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org", "idempotency_key"], condition=~Q(idempotency_key=""),
+                                               name="run_org_idempotency_key")]
+        indexes = [
+            models.Index(fields=["org", "-created_at"], name="run_org_created"),
+            models.Index(fields=["org", "status", "-created_at"], name="run_org_status"),
+            models.Index(fields=["org", "crew", "-created_at"], name="run_org_crew"),
+            models.Index(fields=["status", "lease_expires_at"], name="run_lease"),
+        ]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.crew_name} run {self.id}"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED
+
+
+class StepKind(models.TextChoices):
+    AGENT = "agent", "Agent turn"
+    LLM = "llm", "Model call"
+
+
+class RunStep(TenantModel):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    parent = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True, related_name="children")
+    position = models.PositiveIntegerField()  # order within the run
+    kind = models.CharField(max_length=8, choices=StepKind.choices)
+    agent_id = models.UUIDField(null=True, blank=True)
+    agent_name = models.CharField(max_length=100, blank=True)
+    task = models.CharField(max_length=100, blank=True)  # task name (sequential) or "routing" (supervisor)
+    status = models.CharField(max_length=16, blank=True)  # agent: running/done/partial/blocked/stopped
+    status_reason = models.TextField(blank=True)
+    output = models.TextField(blank=True)  # agent: final answer; llm: the text it said
+    messages = models.JSONField(null=True, blank=True)  # agent: pydantic-ai history (ModelMessagesTypeAdapter)
+    # llm only
+    provider = models.CharField(max_length=40, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    input_tokens = models.PositiveIntegerField(default=0)
+    cached_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    price_source = models.CharField(max_length=80, blank=True)
+    latency_ms = models.PositiveIntegerField(default=0)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "position"], name="run_step_position")]
+        ordering = ["position"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} #{self.position} {self.kind}"
+
+
+class CallState(models.TextChoices):
+    PROPOSED = "proposed", "Proposed"
+    DENIED = "denied", "Denied"
+    HELD = "held", "Held for a person"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    EXPIRED = "expired", "Expired"
+    DISPATCHED = "dispatched", "Dispatched"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    UNKNOWN = "unknown", "Unknown (crashed in flight)"
+
+
+# States after which the model gets an answer for the call.
+ANSWERED = frozenset({CallState.DENIED, CallState.REJECTED, CallState.EXPIRED, CallState.SUCCEEDED,
+                      CallState.FAILED})
+
+
+class ToolCall(TenantModel):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="ledger")
+    step = models.ForeignKey(RunStep, on_delete=models.CASCADE, related_name="tool_calls")  # the llm step
+    call_id = models.CharField(max_length=200)  # the model's tool_call_id
+    position = models.PositiveSmallIntegerField(default=0)  # order within the model's response
+    tool = models.ForeignKey("registry.Tool", on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    qualified_name = models.CharField(max_length=200)  # what the model asked for (mapped back), e.g. orders.refund
+    model_tool_name = models.CharField(max_length=200)  # the name the model used (e.g. orders__refund)
+    arguments = models.JSONField(default=dict, blank=True)  # as proposed by the model
+    args_hash = models.CharField(max_length=64)  # sha256 of canonical JSON of `arguments`
+    approved_arguments = models.JSONField(null=True, blank=True)  # what is executed after a person's approval
+    definition_hash = models.CharField(max_length=64, blank=True)
+    state = models.CharField(max_length=12, choices=CallState.choices, default=CallState.PROPOSED)
+    decision = models.CharField(max_length=8, blank=True)  # allow / hold / deny (policy)
+    rule = models.CharField(max_length=40, blank=True)
+    reason = models.TextField(blank=True)  # the policy's reason, or the reviewer's comment
+    approval = models.ForeignKey("approvals.ApprovalRequest", on_delete=models.SET_NULL, null=True, blank=True,
+                                 related_name="+")
+    result = models.JSONField(null=True, blank=True)  # size-capped: {"is_error", "text", "structured", "truncated"}
+    error = models.TextField(blank=True)
+    error_class = models.CharField(max_length=12, blank=True)
+    findings = models.JSONField(default=list, blank=True)
+    idempotency_key = models.CharField(max_length=80)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    resolved_by = models.CharField(max_length=200, blank=True)  # a person who resolved an `unknown`
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "step", "call_id"], name="tool_call_ledger_key")]
+        indexes = [models.Index(fields=["run", "qualified_name", "args_hash"], name="tool_call_fingerprint"),
+                   models.Index(fields=["org", "state"], name="tool_call_org_state")]
+        ordering = ["step__position", "position"]
+
+    def __str__(self) -> str:
+        return f"{self.qualified_name} [{self.state}]"
+
+    @property
+    def effective_arguments(self) -> dict:
+        return self.approved_arguments if self.approved_arguments is not None else self.arguments
+
+
+class RunEvent(models.Model):
+    """Append-only: one row per thing that happened, in order (`seq` per run, from 1)."""
+
+    id = models.BigAutoField(primary_key=True)
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=40)
+    data = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="run_event_seq")]
+        ordering = ["seq"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} #{self.seq} {self.type}"
