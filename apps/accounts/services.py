@@ -179,9 +179,10 @@ def _owner_count(org_id: UUID) -> int:
 def change_role(*, actor: Actor, member_id: UUID | str, role: str) -> Membership:
     """Changes a member's role. Raises PermissionDenied, ValidationFailed, NotFound, Conflict (last owner)."""
     actor.require("members.manage")
-    role = _clean_role(role)
     with transaction.atomic():
+        # Look up first: another organisation's id is "not found" whatever the role given.
         membership = selectors.get_member(org_id=actor.org_id, member_id=member_id)
+        role = _clean_role(role)
         old = membership.role
         if old == role:
             return membership
