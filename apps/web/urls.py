@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from apps.web.views import agents, audit, auth, crews, dashboard, members, servers, system, tokens
+from apps.web.views import agents, audit, auth, catalog, crews, dashboard, members, servers, system, tokens
 
 app_name = "web"
 
@@ -39,6 +39,8 @@ urlpatterns = [
     path("audit/", audit.audit_log, name="audit"),
     # Sections whose pages arrive with their issues
     path("servers/", servers.servers, name="servers"),
+    path("servers/catalog/", catalog.server_catalog, name="server_catalog"),
+    path("servers/catalog/<slug:key>/", catalog.catalog_register, name="catalog_register"),
     path("servers/<uuid:server_id>/", servers.server, name="server"),
     path("servers/<uuid:server_id>/status/", servers.server_status, name="server_status"),
     path("servers/<uuid:server_id>/sync/", servers.server_sync, name="server_sync"),

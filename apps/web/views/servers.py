@@ -8,11 +8,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from apps.core.errors import ValidationFailed
+from apps.core.errors import Conflict, ValidationFailed
 from apps.registry import selectors, services
 from apps.registry.models import TRUST_TIER_HELP, Risk, ServerStatus, ToolState, Transport, TrustTier
 from apps.web.access import member_required
 from apps.web.forms import apply_domain_errors
+from apps.web.tables import sorted_page
 
 
 def _lines(text: str) -> list[str]:
@@ -51,9 +52,23 @@ class ServerForm(forms.Form):
         return data
 
 
+SERVER_COLUMNS = [("name", "Name", "name"), ("status", "Status", "status"), ("tier", "Tier", "trust_tier"),
+                  ("tools", "Tools by risk", "n_tools"), ("synced", "Last sync", "last_synced_at")]
+
+
 def _list_page(request: HttpRequest, form: ServerForm, status: int = 200) -> HttpResponse:
-    context = {"servers": selectors.servers_for_org(org_id=request.actor.org_id), "form": form,
-               "tiers": [(t, TRUST_TIER_HELP[t]) for t in TrustTier]}
+    rows = selectors.servers_for_org(org_id=request.actor.org_id)
+    q, tier, state = (request.GET.get(k, "").strip() for k in ("q", "tier", "status"))
+    if q:
+        rows = rows.filter(name__icontains=q)
+    if tier:
+        rows = rows.filter(trust_tier=tier)
+    if state:
+        rows = rows.filter(status=state)
+    context = {"table": sorted_page(request, rows, columns=SERVER_COLUMNS, default="name",
+                                    filters=("q", "tier", "status")),
+               "form": form, "tiers": [(t, TRUST_TIER_HELP[t]) for t in TrustTier],
+               "filters": {"q": q, "tier": tier, "status": state}, "statuses": ServerStatus.choices}
     return render(request, "web/servers/list.html", context, status=status)
 
 
@@ -70,16 +85,25 @@ def servers(request: HttpRequest) -> HttpResponse:
     except ValidationFailed as exc:
         apply_domain_errors(form, exc)
         return _list_page(request, form, status=422)
+    except Conflict as exc:
+        form.add_error("name", f"{exc.message} Choose another name.")
+        return _list_page(request, form, status=422)
     messages.success(request, f"Server “{server.name}” registered; syncing now.")
     return redirect("web:server", server_id=server.id)
 
 
-def _detail(request: HttpRequest, server_id, template: str = "web/servers/detail.html") -> HttpResponse:
+def _detail_context(request: HttpRequest, server_id) -> dict:
     server = selectors.get_server(org_id=request.actor.org_id, server_id=server_id)
     tools = selectors.tools_for_org(org_id=request.actor.org_id, server=server.id)
-    context = {"server": server, "tools": tools, "syncing": server.status == ServerStatus.SYNCING,
-               "tier_help": TRUST_TIER_HELP.get(server.trust_tier, "")}
-    return render(request, template, context)
+    syncing = server.status == ServerStatus.SYNCING
+    return {"server": server, "tools": tools, "syncing": syncing,
+            # a new server's first sync is queued on registration: watch for it too
+            "polling": syncing or (server.status == ServerStatus.NEW and server.enabled),
+            "tier_help": TRUST_TIER_HELP.get(server.trust_tier, "")}
+
+
+def _detail(request: HttpRequest, server_id, template: str = "web/servers/detail.html") -> HttpResponse:
+    return render(request, template, _detail_context(request, server_id))
 
 
 @member_required()
@@ -89,8 +113,13 @@ def server(request: HttpRequest, server_id) -> HttpResponse:
 
 @member_required()
 def server_status(request: HttpRequest, server_id) -> HttpResponse:
-    """The status card alone: polled by htmx while a sync runs."""
-    return _detail(request, server_id, "web/servers/detail.html#server-status")
+    """The status card alone: polled by htmx while a sync runs. When the sync is over, the
+    whole page reloads so the tools it found appear too."""
+    context = _detail_context(request, server_id)
+    response = render(request, "web/servers/detail.html#server-status", context)
+    if request.htmx and not context["polling"]:
+        response["HX-Refresh"] = "true"
+    return response
 
 
 @require_POST

@@ -1,0 +1,49 @@
+"""The server catalog: every entry registers through the same service the form uses, and the
+bundled order desk works as suggested, with nothing to install."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.registry import selectors, services
+from apps.registry.catalog import catalog, catalog_entry
+from apps.registry.models import TrustTier
+from apps.web.views.catalog import initial_data
+from apps.web.views.servers import ServerForm
+
+
+@pytest.mark.parametrize("key", [entry.key for entry in catalog()])
+def test_every_entry_registers_through_the_form_and_the_service(actor, key):
+    entry = catalog_entry(key)
+    form = ServerForm(initial_data(entry))
+    assert form.is_valid(), form.errors
+
+    server = services.create_server(actor=actor, sync=False, **form.service_fields())
+
+    assert (server.name, server.trust_tier, server.command) == (entry.key, entry.trust_tier, entry.command)
+    assert server.args == list(entry.args)
+    assert server.env_keys == sorted(entry.env)
+
+
+def test_every_entry_explains_its_tier_and_what_to_install():
+    for entry in catalog():
+        assert entry.trust_tier in TrustTier.values
+        assert entry.tier_reason and entry.install and entry.source and entry.summary, entry.key
+
+
+def test_third_party_entries_need_nothing_fetched_at_start():
+    """The sandbox has no network: uvx/npx could not download the package there."""
+    for entry in catalog():
+        if entry.trust_tier == TrustTier.THIRD_PARTY:
+            assert entry.command not in ("uvx", "npx"), entry.key
+
+
+def test_the_bundled_order_desk_syncs_as_suggested(actor):
+    server = services.create_server(actor=actor, sync=False, **catalog_entry("orders").server_fields())
+
+    report = services.sync_server(actor=actor, server_id=server.id)
+
+    assert report.status == "ok", report.error
+    tools = {t.name: t.risk for t in selectors.tools_for_org(org_id=actor.org_id, server=server.id)}
+    assert tools["get_order_status"] == "read" and tools["refund_order"] == "write"
+    assert tools["delete_customer"] == "dangerous"
