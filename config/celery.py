@@ -52,6 +52,7 @@ app.conf.update(
         "worker-heartbeat": {"task": "apps.core.tasks.record_worker_heartbeat", "schedule": 30.0},
         "prune-broadcasts": {"task": "apps.core.tasks.prune_broadcasts", "schedule": 60.0},
         "registry-sync-stale-servers": {"task": "apps.registry.tasks.sync_stale_servers", "schedule": 300.0},
+        "runs-sweep-stuck": {"task": "apps.runs.tasks.sweep_stuck_runs", "schedule": 30.0},
     },
 )
 app.autodiscover_tasks()

@@ -6,5 +6,7 @@ from uuid import UUID
 
 
 def pending_approvals(*, org_id: UUID) -> int:
-    """Pending items in the approval inbox. Zero until the approvals app exists (see the inbox issue)."""
-    return 0
+    """Pending items in the approval inbox."""
+    from apps.approvals.selectors import pending_count
+
+    return pending_count(org_id=org_id)

@@ -1,0 +1,35 @@
+"""Tenant-scoped reads of the approval inbox."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+
+from apps.approvals.models import ApprovalRequest, ApprovalStatus
+from apps.core.errors import NotFound
+
+
+def org_approvals(*, org_id: UUID | str, status: str | None = None) -> QuerySet[ApprovalRequest]:
+    """Newest first; `status` one of pending/approved/rejected/expired (None: all)."""
+    requests = ApprovalRequest.objects.filter(org_id=org_id).select_related("agent", "tool__server", "decided_by")
+    if status:
+        requests = requests.filter(status=status)
+    return requests.order_by("-created_at")
+
+
+def get_approval(*, org_id: UUID | str, approval_id: UUID | str) -> ApprovalRequest:
+    try:
+        return (ApprovalRequest.objects.select_related("agent", "tool__server", "decided_by")
+                .get(org_id=org_id, id=approval_id))
+    except (ApprovalRequest.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such approval request.") from None
+
+
+def pending_count(*, org_id: UUID | str) -> int:
+    return ApprovalRequest.objects.filter(org_id=org_id, status=ApprovalStatus.PENDING).count()
+
+
+def run_approvals(*, run_id: UUID | str) -> QuerySet[ApprovalRequest]:
+    return ApprovalRequest.objects.filter(run_id=run_id).order_by("created_at")

@@ -1,0 +1,90 @@
+"""The engine's loop: plain Python over a `RunStore` (apps/runs/store.py), no request, no ORM of its own.
+
+`advance(store)` does a bounded number of steps of one claimed run and says what happened:
+"continue" (more to do: the caller re-enqueues), "waiting" (parked for people) or "finished".
+A step is one of: start the next agent turn, call the model, move the ledger rows of the last
+model response forward (policy, holds, dispatch), or end a turn. Each step commits before the
+next, so a run can stop after any of them and pick up from the database.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from django.utils import timezone
+from pydantic_ai.messages import ModelResponse, ToolCallPart
+
+from apps.runs.engine.errors import StopRun
+from apps.runs.engine.model import call_model, offered_tools
+from apps.runs.engine.process import ROUTING, end_turn, start_next
+from apps.runs.engine.tools import answers, resolve_calls
+from apps.runs.store import load_messages
+
+STEPS_PER_TASK = 25  # then the task re-enqueues itself: no task comes near the broker's visibility timeout
+TASK_SECONDS = 30.0
+
+
+def advance(store: Any, *, max_steps: int = STEPS_PER_TASK, max_seconds: float = TASK_SECONDS) -> str:
+    started = time.monotonic()
+    for _ in range(max_steps):
+        try:
+            outcome = step(store)
+        except StopRun as stop:
+            store.finish(stop.status, output=store.run.state.get("last_output", ""), error=stop.message,
+                         error_class=stop.error_class)
+            return "finished"
+        if outcome != "continue":
+            return outcome
+        if time.monotonic() - started > max_seconds:
+            break
+    return "continue"
+
+
+def step(store: Any) -> str:
+    run = store.refresh()
+    if run.is_finished:
+        return "finished"
+    if run.cancel_requested:
+        raise StopRun("cancelled", "Cancelled by a person.")
+    _check_clock(run)
+    store.renew_lease()
+    turn = store.turn(run.state.get("turn_id"))
+    if turn is None:
+        return start_next(store)
+    agent = run.snapshot["agents"][str(turn.agent_id)]
+    messages = load_messages(turn.messages)
+    last = messages[-1]
+    if isinstance(last, ModelResponse):
+        if any(isinstance(p, ToolCallPart) for p in last.parts):
+            return _answer_tool_calls(store, turn, agent, messages)
+        return end_turn(store, turn, last.text or "")
+    if turn.task != ROUTING and store.model_calls(turn) >= agent.get("max_steps", 8):
+        raise StopRun("limit_exceeded", f"Step limit: {agent['name']} used all {agent.get('max_steps')} model calls "
+                                        "of its turn without finishing.", "limit")
+    offered = {} if turn.task == ROUTING else offered_tools(agent, run.snapshot.get("tools", {}), tainted=run.tainted)
+    turn_offset = 0 if turn.task == ROUTING else run.state.get("played", {}).get(str(turn.agent_id), 0)
+    call_model(store, turn=turn, agent=agent, messages=messages, offered=offered, turn_offset=turn_offset)
+    return "continue"
+
+
+def _answer_tool_calls(store: Any, turn: Any, agent: dict[str, Any], messages: list[Any]) -> str:
+    rows = store.ledger(store.last_model_call(turn))
+    if resolve_calls(store, turn=turn, agent=agent, rows=rows) == "waiting":
+        held = sum(1 for r in rows if r.state == "held")
+        reason = f"{held} tool call(s) wait for a person's decision." if held else \
+            "A tool call's outcome is unknown: a person must resolve it."
+        return "waiting" if store.wait(reason) else "continue"
+    store.save_messages(turn, [*messages, answers(rows)])
+    return "continue"
+
+
+def _check_clock(run: Any) -> None:
+    """Wall-clock limit, not counting time spent waiting for people."""
+    limit = run.snapshot["crew"].get("timeout_s") or 900
+    if run.started_at is None:
+        return
+    waited = float(run.state.get("waited_s", 0))
+    elapsed = (timezone.now() - run.started_at).total_seconds() - waited
+    if elapsed > limit:
+        raise StopRun("timed_out", f"Timeout: the run worked for more than {limit} s.", "limit")

@@ -1,0 +1,128 @@
+"""One model call: offer the tools policy allows, check limits, call with bounded retries, record.
+
+Tool offers ask the policy point (`apps.agents.policy.decide`) with no arguments; anything not
+denied outright is offered under its model-safe name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from decimal import Decimal
+from typing import Any
+
+from pydantic_ai import direct
+from pydantic_ai.messages import ModelMessage, ToolCallPart
+from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.tools import ToolDefinition
+
+from apps.agents.policy import CallFacts, decide
+from apps.agents.providers import build_model, run_blocking
+from apps.runs.engine.errors import StopRun, classify_model_error, with_retries
+from apps.runs.engine.hashing import args_hash
+from apps.runs.engine.limits import DEFAULT_MAX_TOKENS, PreCallContext, check_before_call, estimate_tokens
+from apps.runs.engine.names import model_tool_name, qualified_name
+
+IDEMPOTENCY_ARGS = ("idempotency_key", "request_id")
+
+
+def facts(tool: dict[str, Any] | None, grant: dict[str, Any] | None, *, name: str, arguments: dict | None,
+          tainted: bool, live: Any = None) -> CallFacts:
+    """CallFacts from the snapshot, overlaid with the registry's live state when given (dispatch)."""
+    tool = tool or {}
+    state, pinned, risk, tier = tool.get("state", "removed"), tool.get("pinned", False), tool.get("risk", "write"), \
+        tool.get("trust_tier", "third_party")
+    if live is not None:
+        state, risk, tier = live.state, live.risk, live.server.trust_tier
+        pinned = live.is_pinned and live.definition_hash == tool.get("definition_hash")
+    return CallFacts(tool=name, risk=risk, state=state, pinned=pinned, trust_tier=tier,
+                     grant=(grant or {}).get("policy"), condition=(grant or {}).get("condition", ""),
+                     arguments=arguments, tainted=tainted)
+
+
+def offered_tools(agent: dict[str, Any], tools: dict[str, dict[str, Any]], *, tainted: bool) -> dict[str, str]:
+    """{model tool name: qualified name} of what this agent may see now."""
+    offered = {}
+    for grant in agent.get("grants", []):
+        name = grant["tool"]
+        if decide(facts(tools.get(name), grant, name=name, arguments=None, tainted=tainted)).offered:
+            offered[model_tool_name(name)] = name
+    return offered
+
+
+def tool_definitions(offered: dict[str, str], tools: dict[str, dict[str, Any]]) -> list[ToolDefinition]:
+    return [ToolDefinition(name=safe, description=tools[name].get("description") or name,
+                           parameters_json_schema=tools[name].get("input_schema") or {"type": "object"})
+            for safe, name in offered.items()]
+
+
+def call_model(store: Any, *, turn: Any, agent: dict[str, Any], messages: list[ModelMessage],
+               offered: dict[str, str], turn_offset: int) -> Any:
+    """Checks limits, calls the model (retrying transient errors), records the call and its proposed tool calls."""
+    run, snapshot = store.run, store.run.snapshot
+    tools = snapshot.get("tools", {})
+    definitions = tool_definitions(offered, tools)
+    conn = agent["connection"]
+    provider, model_name = conn["provider"], agent.get("model") or conn["provider"]
+    crew = snapshot["crew"]
+    ctx = PreCallContext(
+        org_id=run.org_id, run_id=run.id, crew_id=crew.get("id"), agent_id=agent["id"], agent_name=agent["name"],
+        provider=provider, model=model_name, max_tokens=DEFAULT_MAX_TOKENS,
+        prompt_tokens=estimate_tokens(store.turn_messages_json(turn), [d.__dict__ for d in definitions]),
+        run_tokens=run.tokens_in + run.tokens_out, run_cost_usd=store.run_cost(),
+        token_budget=crew.get("token_budget"),
+        budget_usd=Decimal(crew["budget_usd"]) if crew.get("budget_usd") else None)
+    hit = check_before_call(ctx)
+    if hit is not None:
+        raise StopRun("limit_exceeded", hit.message, "limit")
+    model = build_model(store.connection_spec(agent), model_name=agent.get("model") or "", script=agent.get("script"),
+                        inputs=run.inputs, turn_offset=turn_offset)
+    params = ModelRequestParameters(function_tools=definitions)
+    settings: dict[str, Any] = {"max_tokens": DEFAULT_MAX_TOKENS}
+    if agent.get("temperature") is not None:
+        settings["temperature"] = agent["temperature"]
+
+    def once():
+        return run_blocking(asyncio.wait_for(direct.model_request(
+            model, messages, model_request_parameters=params, model_settings=settings), timeout=120))
+
+    def on_retry(attempt: int, delay: float, exc: BaseException) -> None:
+        store.event("retry", what="model", agent=agent["name"], attempt=attempt, delay_s=round(delay, 2),
+                    error=str(exc)[:300])
+
+    started = time.monotonic()
+    try:
+        response = with_retries(once, classify=classify_model_error, on_retry=on_retry)
+    except Exception as exc:
+        kind = classify_model_error(exc)
+        raise StopRun("failed", f"The model call for {agent['name']} failed ({kind}): {str(exc)[:500]}",
+                      kind) from exc
+    latency_ms = int((time.monotonic() - started) * 1000)
+    calls = [proposed_call(part, offered=offered, tools=tools)
+             for part in response.parts if isinstance(part, ToolCallPart)]
+    return store.record_model_call(turn=turn, messages=[*messages, response], response=response, provider=provider,
+                                   model=response.model_name or model_name, latency_ms=latency_ms, calls=calls)
+
+
+def proposed_call(part: ToolCallPart, *, offered: dict[str, str], tools: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A ledger row's fields for one tool call the model asked for."""
+    name = qualified_name(part.tool_name, offered=offered, known=frozenset(tools))
+    try:
+        arguments = part.args_as_dict()
+    except Exception:  # malformed JSON from the model: keep it visible, the schema check refuses it
+        arguments = {"_raw": str(part.args)[:2000]}
+    tool = tools.get(name) or {}
+    key = f"airlock-{uuid.uuid4().hex}"
+    slot = idempotency_argument(tool)
+    if slot and not arguments.get(slot):
+        arguments = {**arguments, slot: key}  # before hashing: the approver sees it, the tool dedupes on it
+    return {"call_id": part.tool_call_id or f"call-{name}", "tool_id": tool.get("id"), "qualified_name": name,
+            "model_tool_name": part.tool_name, "arguments": arguments, "args_hash": args_hash(arguments),
+            "definition_hash": tool.get("definition_hash", ""), "idempotency_key": key}
+
+
+def idempotency_argument(tool: dict[str, Any] | None) -> str | None:
+    """The argument through which a tool takes an idempotency key, if its schema declares one."""
+    properties = ((tool or {}).get("input_schema") or {}).get("properties") or {}
+    return next((name for name in IDEMPOTENCY_ARGS if name in properties), None)

@@ -1,0 +1,78 @@
+"""Tenant-scoped reads of runs, their step tree, ledger and events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from django.core.exceptions import ValidationError
+from django.db.models import Q, QuerySet
+
+from apps.core.errors import NotFound
+from apps.runs.models import Run, RunEvent, RunStep, StepKind, ToolCall
+
+
+def org_runs(*, org_id: UUID | str, status: str | None = None, crew_id: UUID | str | None = None,
+             agent_id: UUID | str | None = None, since: datetime | None = None,
+             until: datetime | None = None) -> QuerySet[Run]:
+    runs = Run.objects.filter(org_id=org_id).defer("snapshot", "state")
+    if status:
+        runs = runs.filter(status=status)
+    if crew_id:
+        runs = runs.filter(crew_id=crew_id)
+    if agent_id:
+        runs = runs.filter(Q(steps__agent_id=agent_id)).distinct()
+    if since:
+        runs = runs.filter(created_at__gte=since)
+    if until:
+        runs = runs.filter(created_at__lt=until)
+    return runs.order_by("-created_at")
+
+
+def get_run(*, org_id: UUID | str, run_id: UUID | str) -> Run:
+    try:
+        return Run.objects.get(org_id=org_id, id=run_id)
+    except (Run.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such run.") from None
+
+
+def run_events(*, run: Run, after: int = 0, limit: int = 1000) -> QuerySet[RunEvent]:
+    return RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit]
+
+
+def run_ledger(run: Run) -> QuerySet[ToolCall]:
+    return ToolCall.objects.filter(run=run).select_related("step", "approval").order_by("step__position", "position")
+
+
+def get_tool_call(*, org_id: UUID | str, tool_call_id: UUID | str) -> ToolCall:
+    try:
+        return ToolCall.objects.select_related("run").get(org_id=org_id, id=tool_call_id)
+    except (ToolCall.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such tool call.") from None
+
+
+@dataclass
+class ModelCallView:
+    step: RunStep
+    calls: list[ToolCall] = field(default_factory=list)
+
+
+@dataclass
+class TurnView:
+    step: RunStep
+    model_calls: list[ModelCallView] = field(default_factory=list)
+
+
+def run_tree(run: Run) -> list[TurnView]:
+    """Agent turns in order, each with its model calls and each call's ledger rows."""
+    steps = list(RunStep.objects.filter(run=run).defer("messages").order_by("position"))
+    calls: dict[Any, list[ToolCall]] = {}
+    for row in ToolCall.objects.filter(run=run).select_related("approval").order_by("position"):
+        calls.setdefault(row.step_id, []).append(row)
+    turns = {s.id: TurnView(s) for s in steps if s.kind == StepKind.AGENT}
+    for s in steps:
+        if s.kind == StepKind.LLM and s.parent_id in turns:
+            turns[s.parent_id].model_calls.append(ModelCallView(s, calls.get(s.id, [])))
+    return list(turns.values())

@@ -1,0 +1,365 @@
+"""Writes for runs: start, cancel, decide-and-resume, resolve an unknown call, claim and advance, sweep.
+
+Runs own "decide and resume": `decide_approval` records the person's vote through the
+approvals services and, when nothing else is pending, queues the run and enqueues
+`resume_run` on commit. Tasks call `advance_run`, which claims the run with a conditional
+UPDATE and a lease, runs a bounded number of engine steps, and gives the run back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import jsonschema
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Case, F, PositiveIntegerField, Q, When
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from apps.accounts.actors import Actor
+from apps.agents import selectors as agents
+from apps.agents.prompts import compose_supervisor_prompt
+from apps.approvals import services as approvals
+from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
+from apps.audit import services as audit
+from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.crews import selectors as crews
+from apps.registry.models import Tool
+from apps.runs.engine.errors import LeaseLost
+from apps.runs.engine.hashing import args_hash
+from apps.runs.engine.loop import advance
+from apps.runs.events import append_event, publish_status
+from apps.runs.models import CallState, Run, RunStatus, ToolCall
+from apps.runs.store import RunStore, lease_seconds
+
+logger = logging.getLogger(__name__)
+
+
+def max_deliveries() -> int:
+    return int(getattr(settings, "AIRLOCK_RUN_MAX_DELIVERIES", 3))
+
+
+# --- start ---------------------------------------------------------------------------------------
+
+def clean_inputs(declared: list[dict[str, Any]], given: dict[str, Any] | None) -> dict[str, Any]:
+    """Checks and converts run inputs against the crew's declared inputs. Field errors as `inputs.<name>`."""
+    given, errors, out = dict(given or {}), {}, {}
+    for spec in declared or []:
+        name, kind = spec["name"], spec.get("type", "string")
+        value = given.pop(name, None)
+        if value is None or value == "":
+            if spec.get("required", True):
+                errors[f"inputs.{name}"] = "Required."
+            continue
+        try:
+            out[name] = _convert(value, kind)
+        except (TypeError, ValueError):
+            errors[f"inputs.{name}"] = {"integer": "A whole number.", "number": "A number.",
+                                        "boolean": "true or false."}.get(kind, "Text.")
+    for name in given:
+        errors[f"inputs.{name}"] = "This crew does not declare this input."
+    if errors:
+        raise ValidationFailed("Some inputs are missing or invalid.", errors)
+    return out
+
+
+def _convert(value: Any, kind: str) -> Any:
+    if kind == "integer":
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise ValueError
+        return int(str(value).strip()) if not isinstance(value, int | float) else int(value)
+    if kind == "number":
+        if isinstance(value, bool):
+            raise ValueError
+        return float(value)
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value
+        lowered = str(value).strip().lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise ValueError
+    if not isinstance(value, str | int | float):
+        raise TypeError
+    return str(value)
+
+
+def build_snapshot(crew: Any) -> dict[str, Any]:
+    """The crew, its agents (prompt, grants), the tool definitions they may use, and the versions."""
+    members = crews.crew_agents(crew)
+    agent_snaps, tools = {}, {}
+    for member in members:
+        agent = agents.get_agent(org_id=crew.org_id, agent_id=member.id)
+        snap = {**agents.agent_snapshot(agent), "id": str(agent.id), "version": agent.version,
+                "system_prompt": agents.system_prompt(agent)}
+        if crew.supervisor_id == agent.id:
+            snap["system_prompt"] = compose_supervisor_prompt(
+                base_prompt=snap["system_prompt"], members=[(m.agent.name, m.agent.role) for m in crew.members.all()])
+        agent_snaps[str(agent.id)] = snap
+        for grant in agent.grants.all():
+            tools[grant.tool.qualified_name] = tool_snapshot(grant.tool)
+    crew_snap = {**crews.crew_snapshot(crew), "id": str(crew.id), "version": crew.version}
+    return {"crew": crew_snap, "agents": agent_snaps, "tools": tools,
+            "versions": {"crew": crew.version, "agents": {k: v["version"] for k, v in agent_snaps.items()}}}
+
+
+def tool_snapshot(tool: Tool) -> dict[str, Any]:
+    annotations = tool.annotations or {}
+    open_world = bool(annotations.get("openWorldHint", annotations.get("open_world_hint", False)))
+    return {"id": str(tool.id), "server_id": str(tool.server_id), "server": tool.server.name, "name": tool.name,
+            "qualified_name": tool.qualified_name, "description": tool.description, "input_schema": tool.input_schema,
+            "risk": tool.risk, "state": tool.state, "pinned": tool.is_pinned, "trust_tier": tool.server.trust_tier,
+            "definition_hash": tool.definition_hash,
+            "open_world": open_world and tool.server.trust_tier != "internal"}
+
+
+def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | None = None,
+              idempotency_key: str | None = None, enqueue: bool = True) -> Run:
+    """Validates inputs, snapshots the crew, writes a queued Run and enqueues `execute_run` on commit.
+
+    The same `idempotency_key` returns the run it first created. Raises ValidationFailed (inputs,
+    a disabled crew or agent), NotFound, PermissionDenied.
+    """
+    actor.require("runs.start")
+    key = (idempotency_key or "").strip()[:200]
+    if key:
+        existing = Run.objects.filter(org_id=actor.org_id, idempotency_key=key).first()
+        if existing is not None:
+            return existing
+    crew = crews.get_crew(org_id=actor.org_id, crew_id=crew_id)
+    if not crew.enabled:
+        raise ValidationFailed(f"The crew {crew.name!r} is disabled.", {"crew": "This crew is disabled."})
+    disabled = crews.disabled_agents(crew)
+    if disabled:
+        raise ValidationFailed(f"This crew uses disabled agents: {', '.join(disabled)}. Enable them first.",
+                               {"crew": f"Disabled agents: {', '.join(disabled)}."})
+    clean = clean_inputs(crew.inputs, inputs)
+    snapshot = build_snapshot(crew)
+    try:
+        with transaction.atomic():
+            run = Run.objects.create(org_id=actor.org_id, crew=crew, crew_name=crew.name, inputs=clean,
+                                     snapshot=snapshot, started_by_id=actor.user_id, started_by_label=actor.label,
+                                     idempotency_key=key, state={"task_index": 0, "outputs": {}})
+            append_event(run.id, "run.queued", crew=crew.name, inputs=clean, by=actor.label)
+            audit.record(org_id=actor.org_id, actor=actor, action="run.started", target=run, target_label=crew.name,
+                         data={"inputs": clean, "crew_version": crew.version})
+            publish_status(run)
+            if enqueue:
+                _enqueue_on_commit(run.id)
+    except IntegrityError:
+        existing = Run.objects.filter(org_id=actor.org_id, idempotency_key=key).first()
+        if key and existing is not None:
+            return existing
+        raise
+    return run
+
+
+def _enqueue_on_commit(run_id: UUID | str, *, resume: bool = False) -> None:
+    from apps.runs import tasks
+
+    task = tasks.resume_run if resume else tasks.execute_run
+    transaction.on_commit(lambda: task.delay(str(run_id)))
+
+
+# --- cancel --------------------------------------------------------------------------------------
+
+def cancel_run(*, actor: Actor, run_id: UUID | str) -> Run:
+    """Queued or waiting: cancelled now. Running: flagged; the engine stops at its next step boundary."""
+    actor.require("runs.start")
+    run = _get(actor, run_id)
+    if run.is_finished:
+        raise Conflict(f"This run already ended ({run.status}).")
+    with transaction.atomic():
+        locked = Run.objects.select_for_update().get(id=run.id)
+        Run.objects.filter(id=run.id).update(cancel_requested=True)
+        append_event(run.id, "run.cancel_requested", by=actor.label)
+        audit.record(org_id=actor.org_id, actor=actor, action="run.cancelled", target=locked,
+                     target_label=locked.crew_name)
+        if locked.status in (RunStatus.QUEUED, RunStatus.WAITING):
+            RunStore(str(run.id), lease_owner="").finish(RunStatus.CANCELLED, error=f"Cancelled by {actor.label}.",
+                                                         output=locked.state.get("last_output", ""))
+    return Run.objects.get(id=run.id)
+
+
+def _get(actor: Actor, run_id: UUID | str) -> Run:
+    from apps.runs.selectors import get_run
+
+    return get_run(org_id=actor.org_id, run_id=run_id)
+
+
+# --- decide and resume ---------------------------------------------------------------------------
+
+def decide_approval(*, actor: Actor, approval_id: UUID | str, decision: str, arguments: dict[str, Any] | None = None,
+                    comment: str = "") -> ApprovalRequest:
+    """Records a person's decision on a held call and, when the run has nothing else pending, resumes it.
+
+    Edited `arguments` are checked against the tool's input schema (field errors `arguments.<path>`).
+    Raises Conflict when already decided (HTTP 409), PermissionDenied, ValidationFailed, NotFound.
+    """
+    actor.require("approvals.decide")
+    with transaction.atomic():
+        request = (ApprovalRequest.objects.select_for_update().filter(org_id=actor.org_id, id=approval_id).first())
+        if request is None:
+            raise NotFound("No such approval request.")
+        run = Run.objects.select_for_update().filter(id=request.run_id).first() if request.run_id else None
+        edited = None
+        if arguments is not None and decision == "approve" and args_hash(arguments) != request.args_hash:
+            _check_arguments(request, arguments)
+            edited = arguments
+        request = approvals.record_vote(actor=actor, request=request, decision=decision, comment=comment,
+                                        arguments=edited, approved_args_hash=args_hash(edited) if edited else "")
+        if run is None or request.kind != ApprovalKind.TOOL_CALL or request.status == ApprovalStatus.PENDING:
+            return request
+        append_event(run.id, "approval.decided", approval_id=str(request.id), tool_call_id=str(request.tool_call_id),
+                     decision=request.status, by=actor.label, comment=comment[:500], edited=edited is not None)
+        _resume_if_ready(run)
+    return request
+
+
+def _check_arguments(request: ApprovalRequest, arguments: Any) -> None:
+    if not isinstance(arguments, dict):
+        raise ValidationFailed("Arguments must be a JSON object.", {"arguments": "Must be a JSON object."})
+    schema = request.tool.input_schema if request.tool_id and request.tool else {}
+    errors = {}
+    for error in jsonschema.Draft202012Validator(schema or {}).iter_errors(arguments):
+        path = ".".join(str(p) for p in error.absolute_path)
+        errors[f"arguments.{path}" if path else "arguments"] = error.message
+    if errors:
+        raise ValidationFailed("The edited arguments do not match the tool's input schema.", errors)
+
+
+def _resume_if_ready(run: Run) -> None:
+    """Caller holds the run row lock. Waiting and nothing pending -> queued, resume enqueued on commit."""
+    if run.status != RunStatus.WAITING:
+        return
+    pending = ApprovalRequest.objects.filter(run_id=run.id, status=ApprovalStatus.PENDING).exists()
+    unknown = ToolCall.objects.filter(run_id=run.id, state=CallState.UNKNOWN).exists()
+    if pending or unknown:
+        return
+    run.status = RunStatus.QUEUED
+    run.save(update_fields=["status", "updated_at"])
+    publish_status(run)
+    _enqueue_on_commit(run.id, resume=True)
+
+
+def resolve_unknown_call(*, actor: Actor, tool_call_id: UUID | str, outcome: str, note: str = "") -> ToolCall:
+    """A person checked the target system: the `unknown` call did (`succeeded`) or did not (`failed`) happen.
+
+    The note reaches the model as the call's result. Never re-sends the call. Raises Conflict, NotFound.
+    """
+    actor.require("approvals.decide")
+    if outcome not in ("succeeded", "failed"):
+        raise ValidationFailed("Say whether the call happened.", {"outcome": "Choose succeeded or failed."})
+    with transaction.atomic():
+        row = ToolCall.objects.select_for_update().filter(org_id=actor.org_id, id=tool_call_id).first()
+        if row is None:
+            raise NotFound("No such tool call.")
+        run = Run.objects.select_for_update().get(id=row.run_id)
+        if row.state != CallState.UNKNOWN:
+            raise Conflict(f"This call is {row.state}, not unknown.")
+        text = note.strip() or ("A person confirmed the call happened." if outcome == "succeeded" else
+                                "A person confirmed the call did not happen.")
+        row.state, row.result = outcome, {"text": text, "is_error": outcome == "failed", "structured": None,
+                                          "truncated": False, "resolved": True}
+        row.resolved_by, row.finished_at = actor.label, timezone.now()
+        row.save(update_fields=["state", "result", "resolved_by", "finished_at", "updated_at"])
+        append_event(run.id, "tool.resolved", tool_call_id=str(row.id), tool=row.qualified_name, outcome=outcome,
+                     by=actor.label)
+        audit.record(org_id=actor.org_id, actor=actor, action="tool_call.resolved", target=row,
+                     target_label=row.qualified_name, data={"outcome": outcome, "note": note[:500]})
+        _resume_if_ready(run)
+    return row
+
+
+# --- claim, advance, sweep -----------------------------------------------------------------------
+
+def _claim(run_id: str, owner: str) -> Run | None:
+    """Compare-and-set: queued, or running with an expired lease (a lost worker) -> running, ours."""
+    now = timezone.now()
+    claimable = Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+    claimed = Run.objects.filter(claimable, id=run_id).update(
+        status=RunStatus.RUNNING, lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_seconds()),
+        deliveries=Case(When(status=RunStatus.RUNNING, then=F("deliveries") + 1), default=F("deliveries"),
+                        output_field=PositiveIntegerField()),
+        started_at=Coalesce(F("started_at"), now), updated_at=now)
+    if not claimed:
+        return None
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(id=run_id)
+        state = dict(run.state)
+        if state.get("waiting_since"):
+            waited = (now - datetime.fromisoformat(state.pop("waiting_since"))).total_seconds()
+            state["waited_s"] = float(state.get("waited_s", 0)) + max(0.0, waited)
+            run.state = state
+            run.save(update_fields=["state"])
+            append_event(run.id, "run.resumed")
+        elif run.last_seq <= 1:
+            append_event(run.id, "run.started", worker=owner)
+        publish_status(run)
+    return run
+
+
+def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
+    """Claims the run and runs a bounded number of engine steps. A duplicate or stale delivery does nothing.
+
+    Returns "skipped", "continue", "waiting", "finished" or "lost".
+    """
+    run_id = str(run_id)
+    owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    run = _claim(run_id, owner)
+    if run is None:
+        return "skipped"
+    store = RunStore(run_id, owner)
+    if run.deliveries > max_deliveries():
+        store.finish(RunStatus.FAILED, error=f"The worker running this run was lost {run.deliveries - 1} times; "
+                                             "giving up instead of trying again.", error_class="internal")
+        return "finished"
+    try:
+        outcome = advance(store)
+        if outcome == "continue":
+            store.release()
+            if enqueue_next:
+                _enqueue_on_commit(run_id)
+    except LeaseLost:
+        logger.warning("run %s: lease lost to another worker", run_id)
+        return "lost"
+    except Exception as exc:
+        logger.exception("run %s failed inside the engine", run_id)
+        store.finish(RunStatus.FAILED, error=f"Internal error: {type(exc).__name__}: {str(exc)[:500]}",
+                     error_class="internal")
+        return "finished"
+    return outcome
+
+
+def drive_run(*, run_id: UUID | str, max_tasks: int = 50) -> Run:
+    """Runs the engine inline in this process until the run waits or ends (seed_demo, tests)."""
+    for _ in range(max_tasks):
+        if advance_run(run_id=run_id, enqueue_next=False) != "continue":
+            break
+    return Run.objects.get(id=run_id)
+
+
+def sweep_stuck_runs() -> int:
+    """Beat: re-enqueues runs whose worker died (lease expired) or whose queue message was lost.
+
+    The claim counts each recovery in `deliveries`; past the cap the run fails with the reason.
+    Returns how many runs were re-enqueued.
+    """
+    from apps.runs import tasks
+
+    now = timezone.now()
+    expired = Run.objects.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now).values_list("id", flat=True)
+    stale = Run.objects.filter(status=RunStatus.QUEUED, updated_at__lt=now - timedelta(seconds=lease_seconds()))
+    ids = [*expired, *stale.values_list("id", flat=True)]
+    for run_id in ids:
+        tasks.execute_run.delay(str(run_id))
+    return len(ids)

@@ -1,0 +1,284 @@
+"""The run store: every database read and write the engine makes, for one claimed run.
+
+The engine (apps/runs/engine/) is plain Python over this object. Each method is its own
+transaction (or joins the caller's), appends the run events for what it changed and publishes
+them after commit, so the engine commits every step before the next.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
+
+from apps.agents.models import LlmConnection
+from apps.agents.providers import ConnectionSpec
+from apps.approvals import services as approvals
+from apps.approvals.models import ApprovalRequest, ApprovalStatus
+from apps.costs import services as costs
+from apps.registry.models import Tool
+from apps.runs.engine.errors import LeaseLost
+from apps.runs.events import append_event, publish_status
+from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolCall
+
+APPROVAL_TTL = timedelta(hours=24)
+
+
+def lease_seconds() -> int:
+    return int(getattr(settings, "AIRLOCK_RUN_LEASE_S", 120))
+
+
+def dump_messages(messages: list[ModelMessage]) -> list[dict[str, Any]]:
+    return ModelMessagesTypeAdapter.dump_python(messages, mode="json")
+
+
+def load_messages(data: list[dict[str, Any]] | None) -> list[ModelMessage]:
+    return ModelMessagesTypeAdapter.validate_python(data or [])
+
+
+class RunStore:
+    def __init__(self, run_id: str, lease_owner: str) -> None:
+        self.run_id, self.lease_owner = str(run_id), lease_owner
+        self.run = Run.objects.get(id=run_id)
+
+    # --- the run row ----------------------------------------------------------------------------
+
+    def refresh(self) -> Run:
+        self.run = Run.objects.get(id=self.run_id)
+        return self.run
+
+    def renew_lease(self) -> None:
+        """Extends the lease; raises LeaseLost when another worker took the run over."""
+        renewed = Run.objects.filter(id=self.run_id, status=RunStatus.RUNNING, lease_owner=self.lease_owner).update(
+            lease_expires_at=timezone.now() + timedelta(seconds=lease_seconds()))
+        if not renewed:
+            raise LeaseLost(self.run_id)
+
+    def save_state(self, **fields: Any) -> None:
+        """Updates the cursor (`state`) and counters, only while this worker holds the lease."""
+        for key, value in fields.items():
+            setattr(self.run, key, value)
+        updated = Run.objects.filter(id=self.run_id, lease_owner=self.lease_owner).update(
+            **fields, updated_at=timezone.now())
+        if not updated:
+            raise LeaseLost(self.run_id)
+
+    def event(self, type: str, **data: Any) -> None:
+        append_event(self.run_id, type, **data)
+
+    def taint(self, reason: str) -> None:
+        if not self.run.tainted:
+            with transaction.atomic():
+                self.save_state(tainted=True)
+                self.event("run.tainted", reason=reason)
+
+    def finish(self, status: str, *, output: str = "", error: str = "", error_class: str = "") -> None:
+        """Ends the run; pending approvals of this run expire (nothing will execute them)."""
+        with transaction.atomic():
+            run = Run.objects.select_for_update().get(id=self.run_id)
+            if run.is_finished:
+                return
+            run.status, run.output, run.error, run.error_class = status, output, error[:4000], error_class
+            run.finished_at, run.lease_owner, run.lease_expires_at = timezone.now(), "", None
+            run.save(update_fields=["status", "output", "error", "error_class", "finished_at", "lease_owner",
+                                    "lease_expires_at", "updated_at"])
+            for request in ApprovalRequest.objects.select_for_update().filter(run_id=run.id,
+                                                                              status=ApprovalStatus.PENDING):
+                approvals.expire_request(request=request)
+            append_event(run.id, "run.finished", status=status, error=error[:500], error_class=error_class)
+            publish_status(run)
+        self.run = run
+
+    def wait(self, reason: str) -> bool:
+        """Parks the run until people decide. Returns False (and stays running) when nothing is pending
+        any more: a decision landed while this step ran."""
+        with transaction.atomic():
+            run = Run.objects.select_for_update().get(id=self.run_id)
+            pending = ApprovalRequest.objects.filter(run_id=run.id, status=ApprovalStatus.PENDING).count()
+            unknown = ToolCall.objects.filter(run_id=run.id, state=CallState.UNKNOWN).count()
+            if not pending and not unknown:
+                return False
+            run.status, run.lease_owner, run.lease_expires_at = RunStatus.WAITING, "", None
+            run.state = {**run.state, "waiting_since": timezone.now().isoformat()}
+            run.save(update_fields=["status", "lease_owner", "lease_expires_at", "state", "updated_at"])
+            append_event(run.id, "run.waiting", reason=reason, approvals=pending, unknown=unknown)
+            publish_status(run)
+        self.run = run
+        return True
+
+    def release(self) -> None:
+        """Gives the run back to the queue (more to do; the caller enqueues the next task on commit)."""
+        with transaction.atomic():
+            updated = Run.objects.filter(id=self.run_id, lease_owner=self.lease_owner,
+                                         status=RunStatus.RUNNING).update(
+                status=RunStatus.QUEUED, lease_owner="", lease_expires_at=None, updated_at=timezone.now())
+            if not updated:
+                raise LeaseLost(self.run_id)
+
+    # --- turns and model calls ------------------------------------------------------------------
+
+    def turn(self, step_id: str | None) -> RunStep | None:
+        return RunStep.objects.filter(run_id=self.run_id, id=step_id).first() if step_id else None
+
+    def _next_position(self) -> int:
+        last = RunStep.objects.filter(run_id=self.run_id).order_by("-position").values_list("position", flat=True)
+        return (last.first() or 0) + 1
+
+    def start_turn(self, *, agent: dict[str, Any], task: str, messages: list[ModelMessage],
+                   state: dict[str, Any], hop: bool = True) -> RunStep:
+        with transaction.atomic():
+            Run.objects.select_for_update().filter(id=self.run_id).first()
+            turn = RunStep.objects.create(
+                org_id=self.run.org_id, run_id=self.run_id, position=self._next_position(), kind=StepKind.AGENT,
+                agent_id=agent["id"], agent_name=agent["name"], task=task, status="running",
+                messages=dump_messages(messages), started_at=timezone.now())
+            self.save_state(state={**state, "turn_id": str(turn.id)}, hops=self.run.hops + (1 if hop else 0))
+            self.event("agent.started", step_id=str(turn.id), agent=agent["name"], agent_id=agent["id"], task=task)
+        return turn
+
+    def save_messages(self, turn: RunStep, messages: list[ModelMessage], **state: Any) -> None:
+        with transaction.atomic():
+            turn.messages = dump_messages(messages)
+            turn.save(update_fields=["messages", "updated_at"])
+            if state:
+                self.save_state(state={**self.run.state, **state})
+
+    def turn_messages_json(self, turn: RunStep) -> list[dict[str, Any]]:
+        return turn.messages or []
+
+    def model_calls(self, turn: RunStep) -> int:
+        return RunStep.objects.filter(parent=turn, kind=StepKind.LLM).count()
+
+    def last_model_call(self, turn: RunStep) -> RunStep | None:
+        return RunStep.objects.filter(parent=turn, kind=StepKind.LLM).order_by("-position").first()
+
+    def record_model_call(self, *, turn: RunStep, messages: list[ModelMessage], response: ModelResponse,
+                          provider: str, model: str, latency_ms: int, calls: list[dict[str, Any]]) -> RunStep:
+        """One transaction: the llm step, the usage row, run totals, the new history, the proposed ledger rows."""
+        usage = response.usage
+        tokens_in, tokens_out, cached = usage.input_tokens or 0, usage.output_tokens or 0, usage.cache_read_tokens or 0
+        text = response.text or ""
+        with transaction.atomic():
+            Run.objects.select_for_update().filter(id=self.run_id).first()
+            record = costs.record_usage(org_id=self.run.org_id, run_id=self.run_id, crew_id=self.run.crew_id,
+                                        agent_id=turn.agent_id, provider=provider, model=model,
+                                        input_tokens=tokens_in, output_tokens=tokens_out, cached_tokens=cached,
+                                        latency_ms=latency_ms)
+            now = timezone.now()
+            step = RunStep.objects.create(
+                org_id=self.run.org_id, run_id=self.run_id, parent=turn, position=self._next_position(),
+                kind=StepKind.LLM, agent_id=turn.agent_id, agent_name=turn.agent_name, task=turn.task,
+                provider=provider, model=model, input_tokens=tokens_in, output_tokens=tokens_out,
+                cached_tokens=cached, cost_usd=record.cost_usd, price_source=record.price_source,
+                latency_ms=latency_ms, output=text[:4000], started_at=now - timedelta(milliseconds=latency_ms),
+                finished_at=now)
+            turn.messages = dump_messages(messages)
+            turn.save(update_fields=["messages", "updated_at"])
+            unknown = record.cost_usd is None
+            Run.objects.filter(id=self.run_id).update(
+                tokens_in=F("tokens_in") + tokens_in, tokens_out=F("tokens_out") + tokens_out,
+                tokens_cached=F("tokens_cached") + cached,
+                cost_usd=None if unknown or self.run.cost_usd is None else F("cost_usd") + record.cost_usd,
+                cost_unknown_calls=F("cost_unknown_calls") + (1 if unknown else 0))
+            self.event("llm.completed", step_id=str(step.id), turn_id=str(turn.id), agent=turn.agent_name,
+                       model=model, provider=provider, tokens_in=tokens_in, tokens_out=tokens_out,
+                       cached_tokens=cached, cost_usd=None if unknown else str(record.cost_usd),
+                       latency_ms=latency_ms, tool_calls=len(calls))
+            for position, call in enumerate(calls):
+                row = ToolCall.objects.create(org_id=self.run.org_id, run_id=self.run_id, step=step,
+                                              position=position, **call)
+                self.event("tool.requested", tool_call_id=str(row.id), step_id=str(step.id), tool=row.qualified_name,
+                           args_hash=row.args_hash)
+        self.refresh()
+        return step
+
+    def finish_turn(self, turn: RunStep, *, status: str, reason: str, output: str, state: dict[str, Any]) -> None:
+        with transaction.atomic():
+            turn.status, turn.status_reason, turn.output, turn.finished_at = status, reason, output, timezone.now()
+            turn.save(update_fields=["status", "status_reason", "output", "finished_at", "updated_at"])
+            self.save_state(state=state)
+            self.event("agent.finished", step_id=str(turn.id), agent=turn.agent_name, task=turn.task, status=status,
+                       reason=reason[:500])
+
+    # --- the ledger -----------------------------------------------------------------------------
+
+    def ledger(self, step: RunStep) -> list[ToolCall]:
+        return list(ToolCall.objects.filter(step=step).select_related("approval").order_by("position"))
+
+    def count_calls(self) -> int:
+        return ToolCall.objects.filter(run_id=self.run_id).exclude(state=CallState.PROPOSED).count()
+
+    def count_same_calls(self, row: ToolCall) -> int:
+        """Earlier calls of this run with the same tool and argument hash."""
+        return (ToolCall.objects.filter(run_id=self.run_id, qualified_name=row.qualified_name, args_hash=row.args_hash)
+                .exclude(id=row.id).exclude(state=CallState.PROPOSED).count())
+
+    def set_call(self, row: ToolCall, *, expect: str, event: str | None = None, event_data: dict | None = None,
+                 **fields: Any) -> bool:
+        """A conditional ledger transition (state `expect` -> fields['state']); False when it was not in `expect`."""
+        with transaction.atomic():
+            updated = ToolCall.objects.filter(id=row.id, state=expect).update(**fields, updated_at=timezone.now())
+            if not updated:
+                return False
+            for key, value in fields.items():
+                setattr(row, key, value)
+            if event:
+                self.event(event, tool_call_id=str(row.id), tool=row.qualified_name, **(event_data or {}))
+        return True
+
+    def decide_call(self, row: ToolCall, *, state: str, decision: str, rule: str, reason: str,
+                    error_class: str = "") -> None:
+        self.set_call(row, expect=CallState.PROPOSED, state=state, decision=decision, rule=rule, reason=reason,
+                      error_class=error_class, decided_at=timezone.now(), event="tool.decided",
+                      event_data={"decision": decision, "state": state, "rule": rule, "reason": reason})
+
+    def hold_call(self, row: ToolCall, *, rule: str, reason: str, tool: dict[str, Any] | None, turn: RunStep,
+                  required_approvals: int = 1) -> ApprovalRequest:
+        """`proposed -> held` and an approval request, in one transaction."""
+        with transaction.atomic():
+            request = approvals.open_request(
+                org_id=self.run.org_id, run_id=self.run_id, tool_call_id=row.id, agent_id=turn.agent_id,
+                tool_id=(tool or {}).get("id"), title=f"{row.qualified_name} by {turn.agent_name}",
+                arguments=row.arguments, args_hash=row.args_hash, definition_hash=row.definition_hash,
+                risk=(tool or {}).get("risk", ""), reason=reason, rule=rule,
+                context={"task": turn.task, "agent": turn.agent_name, "crew": self.run.crew_name,
+                         "description": (tool or {}).get("description", ""), "tainted": self.run.tainted},
+                expires_at=timezone.now() + APPROVAL_TTL, requested_by_user_id=self.run.started_by_id,
+                required_approvals=required_approvals)
+            self.set_call(row, expect=CallState.PROPOSED, state=CallState.HELD, decision="hold", rule=rule,
+                          reason=reason, approval=request, decided_at=timezone.now(), event="tool.decided",
+                          event_data={"decision": "hold", "state": "held", "rule": rule, "reason": reason})
+            self.event("approval.requested", approval_id=str(request.id), tool_call_id=str(row.id),
+                       tool=row.qualified_name, reason=reason)
+        return request
+
+    def approval(self, row: ToolCall) -> ApprovalRequest | None:
+        return ApprovalRequest.objects.filter(id=row.approval_id).first() if row.approval_id else None
+
+    def complete_call(self, row: ToolCall, *, state: str, result: dict[str, Any] | None, error: str = "",
+                      error_class: str = "", findings: list[dict[str, Any]] | None = None) -> None:
+        self.set_call(row, expect=CallState.DISPATCHED, state=state, result=result, error=error[:4000],
+                      error_class=error_class, findings=findings or [], finished_at=timezone.now(),
+                      event="tool.completed", event_data={"state": state, "is_error": bool(result and
+                                                                                          result.get("is_error")),
+                                                          "error": error[:300], "findings": len(findings or [])})
+
+    def live_tool(self, qualified_name: str) -> Tool | None:
+        return (Tool.objects.filter(org_id=self.run.org_id, qualified_name=qualified_name).select_related("server")
+                .first())
+
+    def connection_spec(self, agent: dict[str, Any]) -> ConnectionSpec:
+        """The agent's connection with its key decrypted now (keys never enter the snapshot)."""
+        conn = agent["connection"]
+        live = LlmConnection.objects.filter(org_id=self.run.org_id, id=conn["id"]).first()
+        return ConnectionSpec(provider=conn["provider"], base_url=(live.base_url if live else conn["base_url"]),
+                              api_key=(live.api_key if live else None))
+
+    def run_cost(self) -> Decimal | None:
+        return Run.objects.filter(id=self.run_id).values_list("cost_usd", flat=True).first()

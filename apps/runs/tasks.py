@@ -1,0 +1,22 @@
+"""Run tasks (queue `runs`): ids only, each calls one service and stays short."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from apps.runs import services
+
+
+@shared_task
+def execute_run(run_id: str) -> str:
+    return services.advance_run(run_id=run_id)
+
+
+@shared_task
+def resume_run(run_id: str) -> str:
+    return services.advance_run(run_id=run_id)
+
+
+@shared_task
+def sweep_stuck_runs() -> int:
+    return services.sweep_stuck_runs()
