@@ -126,8 +126,10 @@ def sandbox_argv(*, name: str, command: str, args: list[str], env: dict[str, str
     variables: list[str] = []
     for key, value in {"HOME": WORK, "PATH": SANDBOX_PATH, "TMPDIR": SANDBOX_TMP, **env}.items():
         variables += ["--setenv", key, value]
-    bwrap = [BWRAP, "--unshare-all", "--die-with-parent", "--new-session", *BASE_BINDS, *binds,
-             "--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP, "--bind", str(work), WORK, "--chdir", WORK,
-             *variables, "--", program, *args]
+    # The private /tmp goes first: runtime dirs bound after it stay visible even when the
+    # installation itself lives under /tmp (CI clones there).
+    bwrap = [BWRAP, "--unshare-all", "--die-with-parent", "--new-session", *BASE_BINDS,
+             "--proc", "/proc", "--dev", "/dev", "--tmpfs", SANDBOX_TMP, *binds,
+             "--bind", str(work), WORK, "--chdir", WORK, *variables, "--", program, *args]
     config = json.dumps({"name": name, **limits.__dict__})
     return [sys.executable, "-I", "-S", LAUNCHER, config, "--", *bwrap]
