@@ -6,7 +6,19 @@ from ninja import NinjaAPI
 
 from apps.api import errors
 from apps.api.auth import API_AUTH
-from apps.api.routers import agents, audit, crews, llm_connections, me, members, servers, tokens, tools
+from apps.api.routers import (
+    agents,
+    approvals,
+    audit,
+    crews,
+    llm_connections,
+    me,
+    members,
+    runs,
+    servers,
+    tokens,
+    tools,
+)
 
 api = NinjaAPI(
     title="Airlock API",
@@ -23,5 +35,8 @@ api.add_router("/audit", audit.router)
 api.add_router("/llm-connections", llm_connections.router)
 api.add_router("/agents", agents.router)
 api.add_router("/crews", crews.router)
+api.add_router("/crews", runs.crew_runs)
 api.add_router("/servers", servers.router)
 api.add_router("/tools", tools.router)
+api.add_router("/runs", runs.router)
+api.add_router("/approvals", approvals.router)

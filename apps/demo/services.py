@@ -1,7 +1,9 @@
 """The demo organisation (slug `demo`): what a newcomer signs into on first start.
 
-Idempotent: a second run finds everything in place and changes nothing. Passwords are random
-per installation, kept in var/demo-logins.json (mode 600) so they can be printed again.
+Idempotent: a second run finds everything in place and changes nothing. It finishes by starting
+one real run of the Refund desk, executed inline by the engine until its refund waits in the
+inbox. Passwords are random per installation, kept in var/demo-logins.json (mode 600) so they
+can be printed again.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ def seed_demo() -> DemoSeed:
             created = True
     created = _seed_order_desk(actor) or created
     created = seed_agents_and_crews(actor) or created
+    created = _seed_waiting_run(actor) or created
     _save_logins(saved)
     return DemoSeed(created=created, logins={email: saved.get(email) for email, _ in DEMO_USERS})
 
@@ -99,4 +102,22 @@ def _seed_order_desk(actor) -> bool:
         description="The bundled demo order desk: order lookups, refunds, customer deletion.", sync=False,
     )
     registry_services.sync_server(actor=actor, server_id=server.id)
+    return True
+
+
+def _seed_waiting_run(actor) -> bool:
+    """Starts one real run of the Refund desk and runs the engine inline, here in this command (no
+    worker needed at seed time), until the refund waits in the inbox. Skipped once any run of the
+    crew exists."""
+    from apps.crews.models import Crew
+    from apps.demo.agents_and_crews import REFUND_DESK
+    from apps.runs import services as runs
+    from apps.runs.models import Run
+
+    crew = Crew.objects.filter(org_id=actor.org_id, name=REFUND_DESK).first()
+    if crew is None or Run.objects.filter(org_id=actor.org_id, crew=crew).exists():
+        return False
+    run = runs.start_run(actor=actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1500},
+                         idempotency_key="seed-demo-refund", enqueue=False)
+    runs.drive_run(run_id=run.id)
     return True

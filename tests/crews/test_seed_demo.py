@@ -30,3 +30,20 @@ def test_seed_demo_adds_the_demo_agents_and_crews_once(db, settings, tmp_path):
     versions = AgentVersion.objects.filter(org_id=org_id).count()
     assert seed_demo().created is False
     assert AgentVersion.objects.filter(org_id=org_id).count() == versions
+
+
+def test_seed_demo_leaves_one_real_run_waiting_in_the_inbox(db, settings, tmp_path):
+    from apps.approvals.selectors import org_approvals
+    from apps.demo.services import seed_demo
+    from apps.runs.models import Run
+
+    settings.VAR_DIR = tmp_path
+    seed_demo()
+    org_id = Organization.objects.get(slug="demo").id
+    run = Run.objects.get(org_id=org_id)
+    assert run.crew_name == "Refund desk" and run.status == "waiting"
+    pending = list(org_approvals(org_id=org_id, status="pending"))
+    assert [a.tool.qualified_name for a in pending] == ["orders.refund_order"]
+    assert pending[0].arguments["amount_cents"] == 1500
+    seed_demo()
+    assert Run.objects.filter(org_id=org_id).count() == 1
