@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
-from apps.agents import selectors, services
+from apps.agents import selectors, services, starters
 from apps.agents.models import GrantPolicy, Provider
 from apps.agents.prompts import compose_system_prompt
 from apps.core.errors import Conflict, ValidationFailed
@@ -87,6 +87,8 @@ def _editor(request: HttpRequest, *, agent, values: dict[str, Any], grants: list
         "risks": Risk.choices, "tiers": TrustTier.choices,
         "tools": selectors.grantable_tools(org_id=org_id)[:50],
         "prompt": _preview(values),
+        "starters": starters.STARTERS, "starter": request.GET.get("template", ""),
+        "starter_server": request.GET.get("server", ""),
     }
     template = "web/agents/edit.html#agent-form" if request.htmx else "web/agents/edit.html"
     return render(request, template, context, status=status)
@@ -120,7 +122,14 @@ def agent_new(request: HttpRequest) -> HttpResponse:
     connections = selectors.org_connections(org_id=request.actor.org_id)
     first = connections.first()
     values = {"max_steps": 8, "connection_id": str(first.id) if first else ""}
-    return _editor(request, agent=None, values=values, grants=[])
+    grants = []
+    starter = starters.agent_starter(request.GET.get("template", ""))
+    if starter:  # prefill from a template; nothing is saved until Create
+        values.update(starters.starter_values(starter))
+        tools = selectors.grantable_tools(org_id=request.actor.org_id, server=request.GET.get("server", ""))
+        grants = [{"tool": t, "ref": t.qualified_name, "policy": policy, "condition": "", "error": ""}
+                  for t, policy in starters.suggested_grants(starter, tools)]
+    return _editor(request, agent=None, values=values, grants=grants)
 
 
 @member_required("build")

@@ -14,7 +14,7 @@ from django_htmx.http import HttpResponseClientRedirect
 
 from apps.agents import selectors as agents
 from apps.core.errors import ValidationFailed
-from apps.crews import selectors, services
+from apps.crews import selectors, services, starters
 from apps.crews.validation import INPUT_TYPES
 from apps.web.access import member_required
 
@@ -83,7 +83,8 @@ def _editor(request: HttpRequest, *, crew, values: dict[str, Any], errors: dict[
     context = {"crew": crew, "values": values, "errors": errors, "tasks": tasks, "inputs": inputs,
                "rules_text": rules_text, "rule_errors": rule_errors, "input_types": INPUT_TYPES,
                "agents": list(agents.org_agents(org_id=request.actor.org_id)),
-               "members": [str(m) for m in values.get("members") or []]}
+               "members": [str(m) for m in values.get("members") or []],
+               "starters": starters.STARTERS, "starter": request.GET.get("template", "")}
     template = "web/crews/edit.html#crew-form" if request.htmx else "web/crews/edit.html"
     return render(request, template, context, status=status)
 
@@ -108,6 +109,9 @@ def crew_new(request: HttpRequest) -> HttpResponse:
         return _save(request)
     values = {"process": "sequential", "max_hops": 6, "max_tool_calls": 50, "timeout_s": 900,
               "tasks": [{"name": "", "agent_id": "", "description": "", "context": ""}], "inputs": []}
+    starter = starters.crew_starter(request.GET.get("template", ""))
+    if starter:  # prefill from a template; nothing is saved until Create
+        values = starters.starter_values(starter, list(agents.org_agents(org_id=request.actor.org_id)))
     return _editor(request, crew=None, values=values)
 
 
