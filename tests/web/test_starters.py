@@ -71,3 +71,17 @@ def test_the_triage_template_suggests_matching_agents(client, org, builder):
     html = signed_in(client, builder).get("/crews/new/?template=triage-action").content.decode()
     assert re.search(rf'<option value="{triage.id}" selected', html)
     assert re.search(rf'<option value="{refunds.id}" selected', html)
+
+
+def test_agent_and_crew_lists_sort_filter_and_page_from_the_query_string(client, org, builder):
+    for name in ("Alpha", "Bravo", "Charlie"):
+        make_agent(org, name)
+    signed_in(client, builder)
+    html = client.get("/agents/?sort=-name").content.decode()
+    assert html.index(">Charlie<") < html.index(">Bravo<") < html.index(">Alpha<")
+    filtered = client.get("/agents/?q=rav&sort=-name").content.decode()
+    assert ">Bravo<" in filtered and ">Alpha<" not in filtered
+    assert 'name="sort" value="-name"' in filtered  # filtering keeps the order
+    assert "No agent matches" in client.get("/agents/?q=zzz").content.decode()
+    empty_crews = client.get("/crews/").content.decode()
+    assert "No crews yet" in empty_crews and "?template=single" in empty_crews

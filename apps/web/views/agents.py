@@ -19,6 +19,7 @@ from apps.agents.prompts import compose_system_prompt
 from apps.core.errors import Conflict, ValidationFailed
 from apps.registry.models import Risk, TrustTier
 from apps.web.access import member_required
+from apps.web.tables import sorted_page
 
 AGENT_TEXT_FIELDS = ("name", "role", "instructions", "in_scope", "out_of_scope", "connection_id", "model",
                      "temperature", "max_steps", "budget_usd", "script")
@@ -28,12 +29,20 @@ def _redirect(request: HttpRequest, url: str) -> HttpResponse:
     return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
 
 
+AGENT_COLUMNS = [("name", "Name", "name"), ("role", "Role", "role"), ("model", "Model", "connection__name"),
+                 ("tools", "Tools", "grant_count"), ("version", "Version", "version"), ("state", "", "")]
+
+
 @member_required()
 def agent_list(request: HttpRequest) -> HttpResponse:
     org_id = request.actor.org_id
+    rows = selectors.org_agents(org_id=org_id)
+    q = request.GET.get("q", "").strip()
+    if q:
+        rows = rows.filter(name__icontains=q)
     return render(request, "web/agents/list.html", {
-        "agents": selectors.org_agents(org_id=org_id), "connections": selectors.org_connections(org_id=org_id),
-        "can_build": request.actor.can("build")})
+        "table": sorted_page(request, rows, columns=AGENT_COLUMNS, default="name", filters=("q",)), "q": q,
+        "connections": selectors.org_connections(org_id=org_id), "can_build": request.actor.can("build")})
 
 
 # --- The editor --------------------------------------------------------------------------------

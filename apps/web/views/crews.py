@@ -17,6 +17,7 @@ from apps.core.errors import ValidationFailed
 from apps.crews import selectors, services, starters
 from apps.crews.validation import INPUT_TYPES
 from apps.web.access import member_required
+from apps.web.tables import sorted_page
 
 SCALARS = ("name", "description", "process", "supervisor_agent_id", "max_hops", "max_tool_calls", "timeout_s",
            "token_budget", "budget_usd")
@@ -26,10 +27,19 @@ def _redirect(request: HttpRequest, url: str) -> HttpResponse:
     return HttpResponseClientRedirect(url) if request.htmx else redirect(url)
 
 
+CREW_COLUMNS = [("name", "Name", "name"), ("process", "Process", "process"), ("agents", "Agents", ""),
+                ("version", "Version", "version"), ("state", "", "")]
+
+
 @member_required()
 def crew_list(request: HttpRequest) -> HttpResponse:
-    return render(request, "web/crews/list.html", {"crews": selectors.org_crews(org_id=request.actor.org_id),
-                                                   "can_build": request.actor.can("build")})
+    rows = selectors.org_crews(org_id=request.actor.org_id)
+    q = request.GET.get("q", "").strip()
+    if q:
+        rows = rows.filter(name__icontains=q)
+    return render(request, "web/crews/list.html", {
+        "table": sorted_page(request, rows, columns=CREW_COLUMNS, default="name", filters=("q",)), "q": q,
+        "can_build": request.actor.can("build")})
 
 
 # --- The editor ----------------------------------------------------------------------------------
