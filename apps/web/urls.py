@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from apps.web.views import agents, audit, auth, catalog, crews, dashboard, members, servers, system, tokens
+from apps.web.views import agents, audit, auth, catalog, crews, dashboard, members, runs, servers, system, tokens
 
 app_name = "web"
 
@@ -71,7 +71,11 @@ urlpatterns = [
     path("crews/<uuid:crew_id>/edit/", crews.crew_edit, name="crew_edit"),
     path("crews/<uuid:crew_id>/enabled/", crews.crew_toggle, name="crew_toggle"),
     path("crews/<uuid:crew_id>/delete/", crews.crew_delete, name="crew_delete"),
-    path("runs/", dashboard.coming_soon, {"section": "runs"}, name="runs"),
-    path("inbox/", dashboard.coming_soon, {"section": "inbox"}, name="inbox"),
+    path("crews/<uuid:crew_id>/run/", runs.run_start, name="run_start"),
+    path("runs/", runs.run_list, name="runs"),
+    path("runs/<uuid:run_id>/", runs.run_detail, name="run_detail"),
+    path("runs/<uuid:run_id>/cancel/", runs.run_cancel, name="run_cancel"),
+    path("inbox/", runs.inbox, name="inbox"),
+    path("inbox/<uuid:approval_id>/decide/", runs.inbox_decide, name="inbox_decide"),
     path("costs/", dashboard.coming_soon, {"section": "costs"}, name="costs"),
 ]
