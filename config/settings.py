@@ -31,7 +31,7 @@ DEBUG = env_bool("DEBUG", default=False)
 SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
     if not DEBUG:
-        raise RuntimeError("SECRET_KEY must be set when DEBUG is off (see README: Configuration).")
+        raise RuntimeError("SECRET_KEY must be set when DEBUG is off (see docs/operations.md: Configuration).")
     SECRET_KEY = "airlock-insecure-development-key-do-not-use-in-production"
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
