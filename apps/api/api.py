@@ -6,6 +6,7 @@ from ninja import NinjaAPI
 
 from apps.api import errors
 from apps.api.auth import API_AUTH
+from apps.api.parsing import StrictParser
 from apps.api.routers import (
     agents,
     approvals,
@@ -26,6 +27,7 @@ api = NinjaAPI(
     description="Control plane for teams of LLM agents. Authenticate with `Authorization: Bearer <token>`.",
     auth=API_AUTH,
     urls_namespace="api",
+    parser=StrictParser(),
 )
 errors.install(api)
 api.add_router("/", me.router)

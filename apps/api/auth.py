@@ -29,8 +29,9 @@ class SessionMemberAuth(SessionAuth):
     """Session cookie auth. ninja's APIKeyCookie enforces CSRF on unsafe methods."""
 
     def _get_key(self, request: HttpRequest) -> str | None:
-        # No session cookie: not ours to judge (a bad bearer token must give 401, not a CSRF 403).
-        if self.param_name not in request.COOKIES:
+        # No session cookie, or one that signs nobody in: not ours to judge (a bad bearer token or
+        # a stale cookie must give 401, not a CSRF 403). A signed-in session is CSRF-checked.
+        if self.param_name not in request.COOKIES or not request.user.is_authenticated:
             return None
         return super()._get_key(request)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.db import DataError
 from django.http import Http404
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
@@ -43,6 +44,13 @@ def install(api: NinjaAPI) -> None:
     @api.exception_handler(HttpError)
     def http_error(request, exc: HttpError):
         return api.create_response(request, {"detail": str(exc)}, status=exc.status_code)
+
+    @api.exception_handler(DataError)
+    def unstorable_value(request, exc: DataError):
+        # The database refused a value the schema let through (a number or date out of its range,
+        # text too long): the request's fault, never a server error.
+        return api.create_response(
+            request, {"detail": "A value in the request is out of range or too long to be stored."}, status=422)
 
     @api.exception_handler(Http404)
     def not_found(request, exc):

@@ -19,9 +19,11 @@ from django.urls.converters import UUIDConverter
 from apps.accounts import services as accounts
 from apps.accounts.actors import member_actor
 from apps.accounts.models import Membership
+from apps.approvals import services as approvals
 from apps.core.models import TenantModel
 from apps.crews import services as crews
 from apps.registry.models import McpServer
+from apps.runs import services as runs
 from tests.agents.factories import make_agent, order_desk, scripted_connection
 from tests.factories import add_member, make_org, owner_of
 
@@ -32,6 +34,7 @@ NOT_PAGES = (API_PREFIX, "django-admin/")
 # Routes with a path parameter that is not an object id of an organisation. Add here only with a reason.
 NOT_TENANT_PARAMS = {
     "account/reset/<uidb64>/<token>/": "Django's signed password-reset link: no organisation object",
+    "servers/catalog/<slug:key>/": "an entry of the built-in server catalog, the same for every organisation",
 }
 MARKER = "zebrafish"  # in every name of the victim's objects: must never appear in another org's answers
 
@@ -149,6 +152,16 @@ def _crew(org, agent) -> str:
     return str(crew.id)
 
 
+def _run_and_approval(org, crew_id: str, agent, tool) -> tuple[str, str]:
+    run = runs.start_run(actor=member_actor(owner_of(org)), crew_id=crew_id, enqueue=False)
+    approval = approvals.open_request(
+        org_id=org.id, run_id=run.id, tool_call_id=None, agent_id=agent.id, tool_id=tool.id,
+        title=f"{MARKER} refund", arguments={"order_id": MARKER}, args_hash="0" * 64,
+        definition_hash=tool.definition_hash, risk=tool.risk, reason=f"{MARKER} needs a person", rule="approve",
+        context={}, expires_at=None, requested_by_user_id=None)
+    return str(run.id), str(approval.id)
+
+
 def populate(org) -> Victim:
     """One of every object kind a route takes an id of, all in `org`, all named with MARKER."""
     tools = order_desk(org)
@@ -167,6 +180,7 @@ def populate(org) -> Victim:
         "agent_id": str(agent.id),
         "crew_id": _crew(org, agent),
     }
+    ids["run_id"], ids["approval_id"] = _run_and_approval(org, ids["crew_id"], agent, tools["refund_order"])
     return Victim(org=org, owner=owner_of(org), ids=ids)
 
 
