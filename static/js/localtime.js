@@ -2,7 +2,9 @@
 // ("3 minutes ago", refreshed each minute) and gets the full local date and zone as its title;
 // <time data-format="absolute"> shows the local date and time instead. Runs again after htmx swaps.
 (function () {
-  const absolute = new Intl.DateTimeFormat(undefined, {dateStyle: "medium", timeStyle: "short", timeZoneName: "short"});
+  // (dateStyle/timeStyle cannot be combined with timeZoneName: name the fields instead)
+  const absolute = new Intl.DateTimeFormat(undefined, {year: "numeric", month: "short", day: "numeric",
+                                                       hour: "2-digit", minute: "2-digit", timeZoneName: "short"});
   const relative = new Intl.RelativeTimeFormat(undefined, {numeric: "auto"});
   const steps = [["year", 31536000], ["month", 2592000], ["week", 604800], ["day", 86400], ["hour", 3600], ["minute", 60]];
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -29,3 +31,16 @@ def test_servers_catalog_register_sync_and_tools_listed(page: Page, live_url, wo
 
     page.get_by_role("link", name="MCP servers").click()
     expect(page.locator("tbody")).to_contain_text("2 read")
+
+
+def test_times_show_in_the_readers_time_zone(browser, live_url, owner):
+    context = browser.new_context(timezone_id="Asia/Tokyo", locale="en-GB")
+    page = context.new_page()
+    try:
+        sign_in(page, live_url, owner.user.email)
+        stamp = page.locator("time[datetime]").first  # recent activity: the sign-in just now
+        expect(stamp).to_have_attribute("data-localised", "1")
+        expect(stamp).to_have_attribute("title", re.compile(r"GMT\+9$"))
+        expect(stamp).to_have_text(re.compile(r"just now|minute"))
+    finally:
+        context.close()
