@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "apps.crews",
     "apps.approvals",
     "apps.runs",
+    "apps.gateway",
     "apps.api",
     "apps.web",
     "apps.demo",
@@ -203,6 +204,10 @@ SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SAMESITE = "Lax"
 CSRF_COOKIE_SAMESITE = "Lax"
 X_FRAME_OPTIONS = "DENY"
+# Largest request body read into memory (forms and API JSON); bigger ones get 413 from the API.
+# Agent instructions and crew definitions are a few KiB; put a matching limit on the proxy too.
+DATA_UPLOAD_MAX_MEMORY_SIZE = int(os.environ.get("AIRLOCK_MAX_BODY_BYTES", str(1024 * 1024)))
+DATA_UPLOAD_MAX_NUMBER_FIELDS = 1000
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SECURE_REFERRER_POLICY = "same-origin"
 if not DEBUG:

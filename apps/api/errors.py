@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import json
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from django.db import DataError
 from django.http import Http404
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from apps.api.parsing import UNSTORABLE
 from apps.core.errors import Conflict, DomainError, NotFound, PermissionDenied, ValidationFailed
 
 STATUS = {NotFound: 404, PermissionDenied: 403, Conflict: 409, ValidationFailed: 422}
@@ -43,7 +48,22 @@ def install(api: NinjaAPI) -> None:
 
     @api.exception_handler(HttpError)
     def http_error(request, exc: HttpError):
+        cause = exc.__cause__  # ninja wraps every body parsing failure as a 400
+        if isinstance(cause, json.JSONDecodeError):
+            return api.create_response(
+                request, {"detail": f"The request body is not valid JSON: {cause.msg} at position {cause.pos}."},
+                status=400)
+        if isinstance(cause, UnicodeDecodeError):
+            return api.create_response(request, {"detail": "The request body is not UTF-8 text."}, status=400)
+        if isinstance(cause, ValueError) and str(cause) == UNSTORABLE:
+            return api.create_response(request, {"detail": UNSTORABLE}, status=422)
         return api.create_response(request, {"detail": str(exc)}, status=exc.status_code)
+
+    @api.exception_handler(RequestDataTooBig)
+    def too_big(request, exc: RequestDataTooBig):
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return api.create_response(
+            request, {"detail": f"The request body is too large (at most {limit} bytes)."}, status=413)
 
     @api.exception_handler(DataError)
     def unstorable_value(request, exc: DataError):
