@@ -26,7 +26,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 
 from apps.registry import sandbox
-from apps.registry.egress import EgressRefused, check_url
+from apps.registry.egress import EgressRefused, check_url, guarded_transport
 from apps.registry.models import McpServer, Transport, TrustTier
 
 CLIENT_INFO = Implementation(name="airlock", version="0.1.0")
@@ -103,7 +103,8 @@ async def connect(spec: ServerSpec, *, errlog: IO[str] | None = None, message_ha
                 http_errors.append(response.status_code)
 
         http = httpx2.AsyncClient(headers=spec.headers, timeout=httpx2.Timeout(spec.timeout_s),
-                                  event_hooks={"response": [note_status]})
+                                  event_hooks={"response": [note_status]}, transport=guarded_transport(),
+                                  follow_redirects=False, trust_env=False)
         transport = streamable_http_client(spec.url, http_client=http)
     client = Client(transport, read_timeout_seconds=spec.timeout_s, message_handler=message_handler,
                     client_info=CLIENT_INFO)

@@ -86,8 +86,8 @@ def test_egress_guard_blocks_internal_addresses_unless_allowed(actor):
             check_url(url, allow_private=False)
     with pytest.raises(EgressRefused, match="Only http and https"):
         check_url("file:///etc/passwd", allow_private=True)
-    with override_settings(AIRLOCK_EGRESS_ALLOW_PRIVATE=False):
-        server = register(actor, name="internal", transport="http", url="http://127.0.0.1:9/mcp")
+    server = register(actor, name="internal", transport="http", url="http://127.0.0.1:9/mcp")
+    with override_settings(AIRLOCK_EGRESS_ALLOW_PRIVATE=False):  # registered while allowed, then forbidden
         assert "loopback/private/reserved" in _sync_error(actor, server)
 
 
