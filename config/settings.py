@@ -43,6 +43,12 @@ AIRLOCK_ENCRYPTION_KEYS = env_list("AIRLOCK_ENCRYPTION_KEY")
 AIRLOCK_ALLOW_SIGNUP = env_bool("AIRLOCK_ALLOW_SIGNUP", default=True)
 AIRLOCK_EGRESS_ALLOW_PRIVATE = env_bool("AIRLOCK_EGRESS_ALLOW_PRIVATE", default=False)
 AIRLOCK_BASE_URL = os.environ.get("AIRLOCK_BASE_URL", "http://127.0.0.1:8000")
+# The MCP gateway (`uvicorn config.gateway:app`): its public endpoint URL (shown on the keys page),
+# extra allowed browser origins (hosts come from ALLOWED_HOSTS), request body limit, registry poll.
+AIRLOCK_GATEWAY_URL = os.environ.get("AIRLOCK_GATEWAY_URL", "http://127.0.0.1:8001/mcp")
+AIRLOCK_GATEWAY_ALLOWED_ORIGINS = env_list("AIRLOCK_GATEWAY_ALLOWED_ORIGINS")
+AIRLOCK_GATEWAY_MAX_BODY_BYTES = int(os.environ.get("AIRLOCK_GATEWAY_MAX_BODY_BYTES", str(1024 * 1024)))
+AIRLOCK_GATEWAY_POLL_S = float(os.environ.get("AIRLOCK_GATEWAY_POLL_S", "1.0"))
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -61,6 +61,21 @@ def live_url(django_db_setup, process_logs):
 
 
 @pytest.fixture(scope="session")
+def gateway(django_db_setup, process_logs):
+    """The MCP gateway (`uvicorn config.gateway:app`) on the test database: (endpoint URL, process).
+    Use with transactional_db."""
+    from tests.processes import gateway_server
+
+    with gateway_server(process_logs, AIRLOCK_GATEWAY_POLL_S="0.3") as (url, proc):
+        yield url, proc
+
+
+@pytest.fixture(scope="session")
+def gateway_url(gateway):
+    return gateway[0]
+
+
+@pytest.fixture(scope="session")
 def worker(django_db_setup, process_logs):
     """A real Celery worker on the test database and broker. Use with transactional_db."""
     from tests.processes import celery_worker

@@ -119,3 +119,21 @@ def run_async(coroutine):
 
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coroutine).result()
+
+
+@contextmanager
+def gateway_server(log_dir: Path, **env: str):
+    """`uvicorn config.gateway:app` (the MCP gateway, endpoint /mcp) on a free port; yields (url, process)."""
+    port = free_port()
+    log = log_dir / f"gateway-{port}.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "config.gateway:app", "--host", "127.0.0.1", "--port", str(port),
+             "--no-access-log"],
+            cwd=ROOT, env=child_env(**env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+    try:
+        wait_for_port(port, proc, log)
+        yield f"http://127.0.0.1:{port}/mcp", proc
+    finally:
+        stop(proc, timeout=15)

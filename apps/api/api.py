@@ -12,6 +12,7 @@ from apps.api.routers import (
     approvals,
     audit,
     crews,
+    gateway_keys,
     llm_connections,
     me,
     members,
@@ -42,3 +43,4 @@ api.add_router("/servers", servers.router)
 api.add_router("/tools", tools.router)
 api.add_router("/runs", runs.router)
 api.add_router("/approvals", approvals.router)
+api.add_router("/gateway-keys", gateway_keys.router)

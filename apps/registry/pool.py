@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+import anyio
 from mcp import MCPError
 from mcp.types import (
     PromptListChangedNotification,
@@ -182,6 +183,31 @@ class Pool:
             content=[c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in result.content],
             structured_content=result.structured_content,
         )
+
+    def read_resource(self, spec: ServerSpec, uri: str, timeout: float) -> dict[str, Any]:
+        """`resources/read` on the server's pooled session (wire JSON of the result)."""
+        return self._run_coroutine(self._request(spec, "read_resource", timeout, uri), spec.timeout_s + timeout + 15)
+
+    def get_prompt(self, spec: ServerSpec, name: str, arguments: dict[str, str] | None, timeout: float) -> dict:
+        """`prompts/get` on the server's pooled session (wire JSON of the result)."""
+        return self._run_coroutine(self._request(spec, "get_prompt", timeout, name, arguments),
+                                   spec.timeout_s + timeout + 15)
+
+    async def _request(self, spec: ServerSpec, method: str, timeout: float, *args: Any) -> dict[str, Any]:
+        session = await self._session(spec)
+        try:
+            with anyio.fail_after(timeout):
+                result = await getattr(session.client, method)(*args)
+        except TimeoutError:
+            raise ToolCallTimeout(f"No answer from {spec.name} within {timeout:g} s.") from None
+        except MCPError as exc:
+            if exc.code == -32000:
+                await self._drop(spec.id)
+            raise ToolCallFailed(describe_error(exc, spec=spec)) from None
+        except Exception as exc:
+            await self._drop(spec.id)
+            raise ToolCallFailed(describe_error(exc, spec=spec)) from None
+        return result.model_dump(mode="json", by_alias=True, exclude_none=True)
 
     async def _drop(self, server_id: str) -> None:
         session = self._sessions.pop(server_id, None)

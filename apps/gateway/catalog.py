@@ -1,0 +1,172 @@
+"""What one agent may see through the gateway: its grants as policy facts, the tools offered
+(granted, active, pinned, not denied by the policy point) as MCP tool definitions, and the
+resources and prompts of the servers it may use.
+
+An `AgentView` is built from the database in one go (`load_view`, sync) and kept in memory by
+the endpoint; `fingerprint` changes whenever anything the view shows or decides changes, which
+is how the endpoint knows to send list-changed notices.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+import mcp.types as types
+
+from apps.agents.models import Agent, ToolGrant
+from apps.agents.policy import CallFacts, decide
+from apps.registry.connection import ServerSpec, spec_for
+from apps.registry.models import McpServer, TrustTier
+
+# Hints a trusted server may set; read-only and destructive always come from Airlock's risk class.
+TRUSTED_HINTS = ("idempotentHint", "openWorldHint")
+
+
+@dataclass(frozen=True)
+class GrantedTool:
+    qualified_name: str
+    tool_id: str
+    server_id: str
+    server_name: str
+    name: str  # the downstream server's own name for it
+    description: str
+    input_schema: dict[str, Any]
+    risk: str
+    state: str
+    pinned: bool
+    trust_tier: str
+    definition_hash: str
+    open_world: bool
+    grant: str
+    condition: str
+    wire: types.Tool | None  # the definition listed to clients; None when not offered
+    validator: Any = field(compare=False, repr=False, default=None)
+
+    def facts(self, *, arguments: dict[str, Any] | None, tainted: bool) -> CallFacts:
+        return CallFacts(tool=self.qualified_name, risk=self.risk, state=self.state, pinned=self.pinned,
+                         trust_tier=self.trust_tier, grant=self.grant, condition=self.condition,
+                         arguments=arguments, tainted=tainted)
+
+    @property
+    def untrusted_output(self) -> bool:
+        """Reading its result taints the session (every later write needs a person)."""
+        return self.trust_tier == TrustTier.THIRD_PARTY or self.open_world
+
+    def snapshot(self) -> dict[str, Any]:
+        """The run snapshot's shape for a tool (what the approval and trace pages read)."""
+        return {"id": self.tool_id, "server_id": self.server_id, "server": self.server_name, "name": self.name,
+                "qualified_name": self.qualified_name, "description": self.description,
+                "input_schema": self.input_schema, "risk": self.risk, "state": self.state, "pinned": self.pinned,
+                "trust_tier": self.trust_tier, "definition_hash": self.definition_hash,
+                "open_world": self.open_world}
+
+
+@dataclass
+class AgentView:
+    agent_id: str
+    agent_name: str
+    enabled: bool
+    grants: dict[str, GrantedTool]  # every grant, by qualified name
+    specs: dict[str, ServerSpec]  # server id -> how to reach it (secrets decrypted: memory only)
+    resources: dict[str, tuple[str, dict[str, Any]]]  # uri -> (server id, wire resource)
+    resource_templates: list[tuple[str, dict[str, Any]]]  # (server id, wire template)
+    prompts: dict[str, tuple[str, str, dict[str, Any]]]  # qualified name -> (server id, name, wire prompt)
+    fingerprint: str
+
+    @property
+    def offered(self) -> list[GrantedTool]:
+        return [g for g in self.grants.values() if g.wire is not None]
+
+    def schema_problem(self, tool: GrantedTool, arguments: dict[str, Any]) -> str:
+        """Like the engine's check: the first problem with the arguments, or ''."""
+        if tool.validator is None:
+            return ""
+        error = next(iter(tool.validator.iter_errors(arguments)), None)
+        if error is None:
+            return ""
+        where = ".".join(str(p) for p in error.absolute_path)
+        return f"{where + ': ' if where else ''}{error.message}"
+
+
+def _annotations(tool: Any, trust_tier: str) -> types.ToolAnnotations:
+    claimed = (tool.annotations or {}) if trust_tier != TrustTier.THIRD_PARTY else {}
+    hints = {k: claimed[k] for k in TRUSTED_HINTS if isinstance(claimed.get(k), bool)}
+    return types.ToolAnnotations.model_validate({
+        **hints, "title": tool.title or None, "readOnlyHint": tool.risk == "read",
+        "destructiveHint": tool.risk == "dangerous"})
+
+
+def _open_world(tool: Any, trust_tier: str) -> bool:
+    annotations = tool.annotations or {}
+    claimed = bool(annotations.get("openWorldHint", annotations.get("open_world_hint", False)))
+    return claimed and trust_tier != TrustTier.INTERNAL
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    if not schema:
+        return None
+    try:
+        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+        cls.check_schema(schema)
+        return cls(schema)
+    except jsonschema.SchemaError:
+        return None
+
+
+def load_view(agent_id: str) -> AgentView:
+    """The agent's view, from the database (sync; run it off the event loop)."""
+    agent = Agent.objects.filter(id=agent_id).only("id", "name", "enabled", "org_id").first()
+    if agent is None:
+        return AgentView(agent_id, "", False, {}, {}, {}, [], {}, fingerprint="gone")
+    grants = ToolGrant.objects.filter(agent_id=agent.id).select_related("tool__server").order_by(
+        "tool__qualified_name")
+    view_grants: dict[str, GrantedTool] = {}
+    servers: dict[str, McpServer] = {}
+    usable_servers: set[str] = set()
+    for grant in grants:
+        tool, server = grant.tool, grant.tool.server
+        state = tool.state if server.enabled else "disabled"
+        granted = GrantedTool(
+            qualified_name=tool.qualified_name, tool_id=str(tool.id), server_id=str(server.id),
+            server_name=server.name, name=tool.name, description=tool.description,
+            input_schema=tool.input_schema or {}, risk=tool.risk, state=state, pinned=tool.is_pinned,
+            trust_tier=server.trust_tier, definition_hash=tool.definition_hash,
+            open_world=_open_world(tool, server.trust_tier), grant=grant.policy, condition=grant.condition,
+            wire=None, validator=_validator(tool.input_schema or {}))
+        offered = agent.enabled and decide(granted.facts(arguments=None, tainted=False)).offered
+        if offered:
+            wire = types.Tool(name=tool.qualified_name, title=tool.title or None,
+                              description=tool.description or None,
+                              input_schema=tool.input_schema or {"type": "object"},
+                              output_schema=tool.output_schema or None,
+                              annotations=_annotations(tool, server.trust_tier))
+            granted = GrantedTool(**{**granted.__dict__, "wire": wire})
+            usable_servers.add(str(server.id))
+        servers[str(server.id)] = server
+        view_grants[tool.qualified_name] = granted
+    specs = {sid: spec_for(s) for sid, s in servers.items() if sid in usable_servers}
+    resources: dict[str, tuple[str, dict[str, Any]]] = {}
+    templates: list[tuple[str, dict[str, Any]]] = []
+    prompts: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    for sid in sorted(usable_servers, key=lambda s: servers[s].name):
+        server = servers[sid]
+        for resource in server.resources or []:
+            if resource.get("uri"):
+                resources.setdefault(resource["uri"], (sid, resource))
+        templates += [(sid, t) for t in server.resource_templates or [] if t.get("uriTemplate")]
+        for prompt in server.prompts or []:
+            if prompt.get("name"):
+                prompts.setdefault(f"{server.name}.{prompt['name']}", (sid, prompt["name"], prompt))
+    body = json.dumps([
+        agent.enabled,
+        [(g.qualified_name, g.risk, g.state, g.pinned, g.trust_tier, g.definition_hash, g.grant, g.condition,
+          g.wire.model_dump(mode="json") if g.wire else None) for g in view_grants.values()],
+        {sid: spec.fingerprint for sid, spec in specs.items()},
+        sorted(resources), [t for _, t in templates], sorted(prompts),
+    ], sort_keys=True, default=str)
+    return AgentView(str(agent.id), agent.name, agent.enabled, view_grants, specs, resources, templates, prompts,
+                     fingerprint=hashlib.sha256(body.encode()).hexdigest())

@@ -1,0 +1,396 @@
+"""The gateway's writes: sessions as runs, calls in the runs ToolCall ledger, run events, audit.
+
+A gateway session is a `Run` with no crew (`crew_name` "Gateway · <key name>", status
+`running`, no lease, so the engine's sweeper never touches it) holding one agent turn and one
+`llm`-kind step standing for the outside host (provider `mcp-gateway`, cost 0, no tokens); every
+call is a `ToolCall` row on that step, so run history, the trace and the inbox show gateway
+calls exactly like the engine's.
+
+Hot path: an allowed read is forwarded first and its ledger row, run event and audit row are
+queued to `LedgerWriter`, which commits them in batches (one transaction every
+`FLUSH_INTERVAL_S` or `FLUSH_MAX` calls). A write or dangerous call commits its `dispatched`
+row synchronously before it is sent (the ledger's rule), and only its completion is batched.
+Held calls are written synchronously: they create an approval request in the inbox.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import uuid
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import close_old_connections, transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from apps.approvals.models import ApprovalRequest, ApprovalStatus
+from apps.audit import services as audit
+from apps.core.realtime import publish_after_commit, run_group
+from apps.gateway.models import GatewayKey, GatewaySession
+from apps.runs.engine.tools import follow_approval
+from apps.runs.events import append_event, publish_status
+from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
+from apps.runs.store import RunStore
+
+logger = logging.getLogger(__name__)
+
+FLUSH_INTERVAL_S = 0.2
+FLUSH_MAX = 200
+SESSION_IDLE = timedelta(minutes=30)
+POSITION_WRAP = 30000  # ToolCall.position is a small integer; order within a step is by time anyway
+PUBLISH_PER_RUN = 20  # live trace notices per run per batch (pages re-read the rest)
+
+
+@dataclass(frozen=True)
+class GatewayActor:
+    """Who acts for audit rows: the key (never a person)."""
+
+    label: str
+    ip: str | None = None
+    user_id: int | None = None
+    token_id: uuid.UUID | None = None
+
+
+@dataclass
+class SessionRef:
+    """An open gateway session as the endpoint keeps it in memory."""
+
+    pk: str
+    run_id: str
+    turn_id: str
+    step_id: str
+    org_id: str
+    key_id: str
+    agent_id: str
+    agent_name: str
+    bucket: str
+    tainted: bool = False
+    calls: int = 0
+    last_seen: float = 0.0
+
+    def next_position(self) -> int:
+        self.calls += 1
+        return self.calls % POSITION_WRAP
+
+
+@dataclass
+class CallRecord:
+    """One finished (or denied) call, for the writer."""
+
+    org_id: str
+    run_id: str
+    step_id: str
+    session_pk: str
+    key_id: str
+    actor: GatewayActor
+    fields: dict[str, Any]  # ToolCall fields
+    row_id: str | None = None  # a `dispatched` row committed before the call: update it
+    taint: str = ""  # a reason to mark the run tainted
+    event: str = "tool.completed"
+    event_data: dict[str, Any] = field(default_factory=dict)
+
+
+# --- sessions ------------------------------------------------------------------------------------
+
+def open_session(*, key_id: str, bucket: str, session_id: str, client_name: str,
+                 protocol_version: str, ip: str | None) -> SessionRef:
+    """Reuses the key's open session for this bucket, or starts one (a Run with its turn and host step)."""
+    key = GatewayKey.objects.select_related("agent").get(id=key_id)
+    now = timezone.now()
+    existing = (GatewaySession.objects.filter(key=key, session_id=session_id, ended_at__isnull=True,
+                                              run__status=RunStatus.RUNNING)
+                .select_related("run").order_by("-last_seen_at").first())
+    if existing is not None and (session_id or existing.last_seen_at >= now - SESSION_IDLE):
+        step = (RunStep.objects.filter(run_id=existing.run_id, kind=StepKind.LLM).order_by("-position")
+                .values_list("id", "parent_id").first())
+        if step is not None:
+            calls = ToolCall.objects.filter(run_id=existing.run_id).count()
+            return SessionRef(pk=str(existing.id), run_id=str(existing.run_id), turn_id=str(step[1]),
+                              step_id=str(step[0]), org_id=str(key.org_id), key_id=str(key.id),
+                              agent_id=str(key.agent_id), agent_name=key.agent.name, bucket=bucket,
+                              tainted=existing.run.tainted, calls=calls)
+    label = f"gateway key {key.name}"
+    client = client_name or "MCP client"
+    with transaction.atomic():
+        run = Run.objects.create(
+            org_id=key.org_id, crew=None, crew_name=f"Gateway · {key.name}"[:100], status=RunStatus.RUNNING,
+            inputs={"client": client, "protocol_version": protocol_version, "session": session_id or "stateless"},
+            snapshot={"gateway": {"key_id": str(key.id), "key_name": key.name, "agent_id": str(key.agent_id),
+                                  "agent_name": key.agent.name},
+                      "agents": {str(key.agent_id): {"id": str(key.agent_id), "name": key.agent.name}},
+                      "tools": {}},
+            started_by_id=key.created_by_id, started_by_label=label, started_at=now, state={}, cost_usd=Decimal(0))
+        turn = RunStep.objects.create(org_id=key.org_id, run=run, position=1, kind=StepKind.AGENT,
+                                      agent_id=key.agent_id, agent_name=key.agent.name, task="gateway session",
+                                      status="running", started_at=now)
+        step = RunStep.objects.create(org_id=key.org_id, run=run, parent=turn, position=2, kind=StepKind.LLM,
+                                      agent_id=key.agent_id, agent_name=key.agent.name, task="gateway session",
+                                      provider="mcp-gateway", model=client[:200], cost_usd=Decimal(0),
+                                      price_source="gateway: the host's own model, not billed here",
+                                      started_at=now, finished_at=now)
+        session = GatewaySession.objects.create(org_id=key.org_id, key=key, run=run, session_id=session_id,
+                                                client_name=client[:200], protocol_version=protocol_version,
+                                                last_seen_at=now)
+        append_event(run.id, "run.started", gateway_key=key.name, client=client, protocol_version=protocol_version)
+        audit.record(org_id=key.org_id, actor=GatewayActor(f"gateway:{key.name}", ip), action="gateway.session_started",
+                     target=run, target_label=run.crew_name,
+                     data={"client": client, "protocol_version": protocol_version, "agent": key.agent.name})
+        publish_status(run)
+    return SessionRef(pk=str(session.id), run_id=str(run.id), turn_id=str(turn.id), step_id=str(step.id),
+                      org_id=str(key.org_id), key_id=str(key.id), agent_id=str(key.agent_id),
+                      agent_name=key.agent.name, bucket=bucket)
+
+
+def end_session(*, session_pk: str, status: str = RunStatus.SUCCEEDED, reason: str = "") -> None:
+    """Ends the session's run (pending approvals of it expire, like any finished run)."""
+    session = GatewaySession.objects.filter(id=session_pk).first()
+    if session is None or session.ended_at is not None:
+        return
+    calls = ToolCall.objects.filter(run_id=session.run_id).count()
+    with transaction.atomic():
+        GatewaySession.objects.filter(id=session_pk).update(ended_at=timezone.now())
+        RunStep.objects.filter(run_id=session.run_id, kind=StepKind.AGENT, status="running").update(
+            status="done", status_reason=reason[:500], finished_at=timezone.now())
+        RunStore(str(session.run_id), lease_owner="").finish(
+            status, output=f"{calls} tool call(s) through the gateway.", error=reason if status != "succeeded" else "")
+
+
+def sessions_to_end(*, idle_before, limit: int = 100) -> list[str]:
+    """Open sessions idle since `idle_before` with nothing pending in the inbox."""
+    pending = ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING).values("run_id")
+    return [str(pk) for pk in GatewaySession.objects.filter(ended_at__isnull=True, last_seen_at__lt=idle_before)
+            .exclude(run_id__in=pending).values_list("id", flat=True)[:limit]]
+
+
+def cancelled_sessions(session_pks: list[str]) -> list[str]:
+    """Of these sessions, those whose run a person cancelled or that ended elsewhere."""
+    if not session_pks:
+        return []
+    over = Q(ended_at__isnull=False) | Q(run__cancel_requested=True) | ~Q(run__status=RunStatus.RUNNING)
+    return [str(pk) for pk in GatewaySession.objects.filter(over, id__in=session_pks).values_list("id", flat=True)]
+
+
+# --- rows ----------------------------------------------------------------------------------------
+
+def call_fields(*, step_id: str, position: int, tool: Any, name_used: str, qualified_name: str,
+                arguments: dict[str, Any], args_hash: str) -> dict[str, Any]:
+    return {"step_id": step_id, "call_id": f"gw-{uuid.uuid4().hex}", "position": position,
+            "tool_id": tool.tool_id if tool else None, "qualified_name": qualified_name[:200],
+            "model_tool_name": name_used[:200], "arguments": arguments, "args_hash": args_hash,
+            "definition_hash": tool.definition_hash if tool else "",
+            "idempotency_key": f"airlock-{uuid.uuid4().hex[:24]}"}
+
+
+def insert_dispatched(*, org_id: str, run_id: str, fields: dict[str, Any]) -> str:
+    """Commits a `dispatched` row before a non-read call leaves (the ledger's rule). Returns its id."""
+    now = timezone.now()
+    row = ToolCall.objects.create(org_id=org_id, run_id=run_id, state=CallState.DISPATCHED, decision="allow",
+                                  decided_at=now, dispatched_at=now, attempts=1, **fields)
+    return str(row.id)
+
+
+def recover_in_flight() -> int:
+    """At start: gateway calls left `dispatched` by a process that died become `unknown` (a person checks)."""
+    rows = ToolCall.objects.filter(state=CallState.DISPATCHED, run__gateway_session__isnull=False,
+                                   dispatched_at__lt=timezone.now() - timedelta(minutes=5))
+    return rows.update(state=CallState.UNKNOWN, error_class="transient",
+                       error="The gateway stopped after sending this call and before its result was stored. "
+                             "It may or may not have happened: a person must check and resolve it.")
+
+
+class LedgerWriter:
+    """Commits call records in batches on its own thread, off the request path."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[CallRecord | None] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._idle = threading.Event()
+        self._idle.set()
+
+    def start(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._run, name="gateway-ledger", daemon=True)
+            self._thread.start()
+
+    def put(self, record: CallRecord) -> None:
+        self._idle.clear()
+        self._queue.put(record)
+
+    def stop(self, timeout: float = 10) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout)
+
+    def wait_idle(self, timeout: float = 10) -> bool:
+        return self._idle.wait(timeout)
+
+    def _run(self) -> None:
+        stopping = False
+        while not stopping:
+            batch: list[CallRecord] = []
+            try:
+                item = self._queue.get(timeout=1)
+            except queue.Empty:
+                self._idle.set()
+                close_old_connections()
+                continue
+            if item is None:
+                stopping = True
+            else:
+                batch.append(item)
+            deadline = FLUSH_INTERVAL_S
+            while len(batch) < FLUSH_MAX and not stopping:
+                try:
+                    item = self._queue.get(timeout=deadline)
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                else:
+                    batch.append(item)
+                deadline = 0.02
+            if batch:
+                self._flush_with_retry(batch)
+            if self._queue.empty():
+                self._idle.set()
+
+    def _flush_with_retry(self, batch: list[CallRecord]) -> None:
+        for attempt in range(3):
+            try:
+                flush(batch)
+                return
+            except Exception:
+                logger.exception("gateway ledger flush failed (attempt %s, %s calls)", attempt + 1, len(batch))
+                close_old_connections()
+        logger.error("gateway ledger: dropped %s call records after 3 failed flushes", len(batch))
+
+
+def flush(batch: list[CallRecord]) -> None:
+    """One transaction: ledger rows, run events and counters, audit rows, session and key last use."""
+    now = timezone.now()
+    with transaction.atomic():
+        rows: list[tuple[CallRecord, ToolCall]] = []
+        new = []
+        for record in batch:
+            if record.row_id:
+                ToolCall.objects.filter(id=record.row_id, state=CallState.DISPATCHED).update(
+                    **{k: v for k, v in record.fields.items() if k in UPDATABLE}, updated_at=now)
+                rows.append((record, ToolCall(id=record.row_id, qualified_name=record.fields.get("qualified_name"))))
+            else:
+                row = ToolCall(id=uuid.uuid4(), org_id=record.org_id, run_id=record.run_id, **record.fields)
+                new.append(row)
+                rows.append((record, row))
+        ToolCall.objects.bulk_create(new)
+        by_run: dict[str, list[tuple[CallRecord, ToolCall]]] = defaultdict(list)
+        for record, row in rows:
+            by_run[record.run_id].append((record, row))
+        for run_id, items in by_run.items():
+            run = Run.objects.select_for_update().only("id", "last_seq", "tainted").get(id=run_id)
+            events = [RunEvent(run_id=run_id, seq=run.last_seq + i, type=record.event,
+                               data={"tool_call_id": str(row.id), "tool": record.fields.get("qualified_name", ""),
+                                     "via": "gateway", **record.event_data})
+                      for i, (record, row) in enumerate(items, start=1)]
+            RunEvent.objects.bulk_create(events)
+            taint = next((r.taint for r, _ in items if r.taint), "")
+            Run.objects.filter(id=run_id).update(last_seq=run.last_seq + len(events),
+                                                 tool_calls=F("tool_calls") + len(items),
+                                                 tainted=run.tainted or bool(taint), updated_at=now)
+            if taint and not run.tainted:
+                append_event(run_id, "run.tainted", reason=taint)
+            for event in events[-PUBLISH_PER_RUN:]:
+                publish_after_commit(run_group(run_id), "run.event", run_id=str(run_id), seq=event.seq,
+                                     type=event.type)
+        for record, row in rows:
+            audit.record(org_id=record.org_id, actor=record.actor, action="gateway.tool_call", target=row,
+                         target_label=record.fields.get("qualified_name", "")[:200],
+                         data={"state": record.fields.get("state"), "decision": record.fields.get("decision"),
+                               "rule": record.fields.get("rule", ""), "args_hash": record.fields.get("args_hash"),
+                               "run_id": record.run_id, **record.event_data})
+        sessions = {r.session_pk for r in batch}
+        GatewaySession.objects.filter(id__in=sessions).update(last_seen_at=now)
+        keys = {r.key_id for r in batch}
+        GatewayKey.objects.filter(id__in=keys).exclude(last_used_at__gt=now - timedelta(minutes=1)).update(
+            last_used_at=now)
+
+
+UPDATABLE = {"state", "result", "error", "error_class", "findings", "finished_at", "reason", "rule"}
+
+
+# --- held calls ----------------------------------------------------------------------------------
+
+def bound_call(*, key_id: str, qualified_name: str, args_hash: str) -> ToolCall | None:
+    """The key's earlier held (or approved, not yet sent) call with the same tool and arguments."""
+    return (ToolCall.objects.filter(run__gateway_session__key_id=key_id, qualified_name=qualified_name,
+                                    args_hash=args_hash, state__in=[CallState.HELD, CallState.APPROVED])
+            .select_related("approval").order_by("-created_at").first())
+
+
+def open_hold(*, session: SessionRef, fields: dict[str, Any], tool: Any, rule: str, reason: str,
+              actor: GatewayActor) -> ToolCall:
+    """`proposed -> held` with an approval request in the inbox (one transaction), audited."""
+    with transaction.atomic():
+        row = ToolCall.objects.create(org_id=session.org_id, run_id=session.run_id, state=CallState.PROPOSED,
+                                      **fields)
+        Run.objects.filter(id=session.run_id).update(tool_calls=F("tool_calls") + 1)
+        store = RunStore(session.run_id, lease_owner="")
+        turn = RunStep.objects.get(id=session.turn_id)
+        store.hold_call(row, rule=rule, reason=reason, tool=tool.snapshot() if tool else None, turn=turn)
+        audit.record(org_id=session.org_id, actor=actor, action="gateway.tool_call", target=row,
+                     target_label=row.qualified_name,
+                     data={"state": "held", "decision": "hold", "rule": rule, "args_hash": row.args_hash,
+                           "run_id": session.run_id, "approval_id": str(row.approval_id)})
+    return ToolCall.objects.select_related("approval").get(id=row.id)
+
+
+def follow(row_id: str) -> ToolCall:
+    """A held row whose approval was decided moves on (approved with the approved arguments, or rejected)."""
+    row = ToolCall.objects.select_related("approval").get(id=row_id)
+    if row.state == CallState.HELD and row.approval is not None and row.approval.status != ApprovalStatus.PENDING:
+        follow_approval(RunStore(str(row.run_id), lease_owner=""), row=row)
+        row = ToolCall.objects.select_related("approval").get(id=row_id)
+    return row
+
+
+def claim_approved(row_id: str) -> bool:
+    """approved -> dispatched, once (a second waiter on the same call gets False)."""
+    row = ToolCall.objects.get(id=row_id)
+    return RunStore(str(row.run_id), lease_owner="").set_call(
+        row, expect=CallState.APPROVED, state=CallState.DISPATCHED, dispatched_at=timezone.now(),
+        attempts=row.attempts + 1, event="tool.dispatched", event_data={"via": "gateway"})
+
+
+def deny_at_dispatch(row_id: str, reason: str, rule: str) -> None:
+    row = ToolCall.objects.get(id=row_id)
+    store = RunStore(str(row.run_id), lease_owner="")
+    store.set_call(row, expect=CallState.APPROVED, state=CallState.DENIED, decision="deny", rule=rule,
+                   reason=f"Refused at dispatch: {reason}", error_class="permission", event="tool.decided",
+                   event_data={"decision": "deny", "state": "denied", "reason": reason, "at": "dispatch"})
+
+
+def complete_held(row_id: str, *, state: str, result: dict[str, Any] | None, error: str, error_class: str,
+                  findings: list[dict[str, Any]], actor: GatewayActor) -> None:
+    row = ToolCall.objects.get(id=row_id)
+    with transaction.atomic():
+        store = RunStore(str(row.run_id), lease_owner="")
+        store.complete_call(row, state=state, result=result, error=error, error_class=error_class, findings=findings)
+        audit.record(org_id=row.org_id, actor=actor, action="gateway.tool_call", target=row,
+                     target_label=row.qualified_name,
+                     data={"state": state, "decision": "allow", "rule": "approved", "args_hash": row.args_hash,
+                           "run_id": str(row.run_id), "approval_id": str(row.approval_id)})
+
+
+def row_state(row_id: str) -> ToolCall:
+    return ToolCall.objects.select_related("approval").get(id=row_id)
+
+
+def live_tool_facts(*, org_id: str, qualified_name: str):
+    """The registry's current row for a tool (state, risk, pin), for the check at dispatch."""
+    from apps.registry.models import Tool
+
+    return Tool.objects.filter(org_id=org_id, qualified_name=qualified_name).select_related("server").first()

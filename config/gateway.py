@@ -1,0 +1,16 @@
+"""The MCP gateway's ASGI app: `uvicorn config.gateway:app` serves the endpoint at `/mcp`.
+
+Its own process beside the web app: the MCP session manager needs an ASGI lifespan, which
+Django's handler refuses. Django is set up first; the app is `apps.gateway.server.build_app`.
+"""
+
+import os
+
+import django
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+django.setup()
+
+from apps.gateway.server import build_app  # noqa: E402
+
+app = build_app()

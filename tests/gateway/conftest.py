@@ -1,0 +1,103 @@
+"""Gateway tests: a real gateway process (`gateway_url`), the bundled order desk and the
+third-party mcp-server-time behind it, an agent whose grants are the key's rules, and MCP
+clients (the official SDK in both protocol eras, the MCP Inspector CLI)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx2
+import pytest
+from django.test import Client as DjangoClient
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from apps.accounts.actors import member_actor
+from apps.agents import services as agent_services
+from apps.registry import services as registry_services
+from apps.registry.models import Tool
+from apps.registry.pool import pool
+from tests.factories import token_for
+
+ROOT = Path(__file__).resolve().parents[2]
+TEST_MCP = ROOT / "var" / "test-mcp"
+TIME_SERVER = TEST_MCP / "venv" / "bin" / "mcp-server-time"
+INSPECTOR = TEST_MCP / "node" / "node_modules" / ".bin" / "mcp-inspector"
+SERVERS = Path(__file__).resolve().parent / "servers"
+
+GRANTS = [
+    {"tool": "orders.get_order_status", "policy": "auto"},
+    {"tool": "orders.list_orders", "policy": "auto"},
+    {"tool": "orders.refund_order", "policy": "approve"},
+    {"tool": "orders.delete_customer", "policy": "deny"},
+    {"tool": "time.get_current_time", "policy": "auto"},
+]
+OFFERED = {"orders.get_order_status", "orders.list_orders", "orders.refund_order", "time.get_current_time"}
+
+
+@dataclass
+class Setup:
+    org: object
+    actor: object
+    agent: object
+    data: Path
+    admin_api: DjangoClient
+    approver_api: DjangoClient
+
+    def create_key(self, name: str = "Claude Desktop", agent=None, **extra) -> dict:
+        body = {"name": name, "agent_id": str((agent or self.agent).id), **extra}
+        response = self.admin_api.post("/api/v1/gateway-keys", body, content_type="application/json")
+        assert response.status_code == 201, response.content
+        return response.json()
+
+
+def register_and_pin(actor, *, read: tuple[str, ...] = (), **fields):
+    """Registers, syncs and pins every tool (as an admin would); `read` tools get the read risk class."""
+    server = registry_services.create_server(actor=actor, sync=False, **fields)
+    report = registry_services.sync_server(actor=actor, server_id=server.id)
+    assert report.status == "ok", report.error
+    for tool in Tool.objects.filter(server=server):
+        if not tool.is_pinned or tool.state != "active":
+            registry_services.pin_tool(actor=actor, tool_id=tool.id)
+        if tool.name in read:
+            registry_services.update_tool(actor=actor, tool_id=tool.id, risk="read")
+    return server
+
+
+@pytest.fixture
+def setup(org, owner, tmp_path):
+    actor = member_actor(owner)
+    data = tmp_path / "orders.json"
+    register_and_pin(actor, name="orders", transport="stdio", trust_tier="internal", command=sys.executable,
+                     args=["-m", "apps.demo.order_desk", "stdio"], cwd=str(ROOT), env={"ORDER_DESK_DATA": str(data)})
+    register_and_pin(actor, name="time", transport="stdio", trust_tier="third_party", command=str(TIME_SERVER),
+                     args=["--local-timezone", "UTC"], read=("get_current_time", "convert_time"))
+    connection = agent_services.create_connection(actor=actor, name="Scripted", provider="scripted")
+    agent = agent_services.create_agent(actor=actor, name="Desk via gateway", connection_id=connection.id,
+                                        script=[], grants=GRANTS)
+    admin = DjangoClient(headers={"Authorization": f"Bearer {token_for(org, 'admin')}"})
+    approver = DjangoClient(headers={"Authorization": f"Bearer {token_for(org, 'approver', name='approver')}"})
+    yield Setup(org, actor, agent, data, admin, approver)
+    pool.close_all()
+
+
+@asynccontextmanager
+async def mcp_client(url: str, key: str, *, mode: str = "auto", timeout: float = 60, **kwargs):
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(timeout))
+    async with Client(streamable_http_client(url, http_client=http), mode=mode, read_timeout_seconds=timeout,
+                      **kwargs) as client:
+        yield client
+
+
+def wait_until(predicate, timeout: float = 30, interval: float = 0.1):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
