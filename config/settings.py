@@ -49,6 +49,10 @@ AIRLOCK_GATEWAY_URL = os.environ.get("AIRLOCK_GATEWAY_URL", "http://127.0.0.1:80
 AIRLOCK_GATEWAY_ALLOWED_ORIGINS = env_list("AIRLOCK_GATEWAY_ALLOWED_ORIGINS")
 AIRLOCK_GATEWAY_MAX_BODY_BYTES = int(os.environ.get("AIRLOCK_GATEWAY_MAX_BODY_BYTES", str(1024 * 1024)))
 AIRLOCK_GATEWAY_POLL_S = float(os.environ.get("AIRLOCK_GATEWAY_POLL_S", "1.0"))
+# Argument names masked in traces, exports, run events and the audit log, on top of the built-in
+# secret patterns (token, password, api_key, authorization, ...). Whole names, case-insensitive.
+AIRLOCK_SENSITIVE_ARGUMENTS = env_list("AIRLOCK_SENSITIVE_ARGUMENTS") or ["ssn", "card_number", "cvv", "iban",
+                                                                          "otp", "pin_code", "date_of_birth"]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -60,6 +64,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "channels",
     "django_htmx",
+    "ninja",  # serves the API docs' Swagger UI from our static files (no CDN, no inline script)
     "template_partials",
     # Domain apps, in dependency order (ARCHITECTURE.md section 2).
     "apps.core",
@@ -86,6 +91,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "apps.web.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "apps.web.middleware.CurrentOrganizationMiddleware",
     "apps.web.errors.DomainErrorMiddleware",

@@ -30,6 +30,7 @@ PERMISSIONS: dict[str, frozenset[str]] = {
     "tokens.manage": frozenset({Role.OWNER, Role.ADMIN}),
     "audit.view": frozenset({Role.OWNER, Role.ADMIN}),
     "servers.manage": frozenset({Role.OWNER, Role.ADMIN}),
+    "costs.manage": frozenset({Role.OWNER, Role.ADMIN}),  # prices and budgets
     "build": frozenset({Role.OWNER, Role.ADMIN, Role.BUILDER}),
     "runs.start": frozenset({Role.OWNER, Role.ADMIN, Role.BUILDER}),
     "approvals.decide": frozenset({Role.OWNER, Role.ADMIN, Role.APPROVER}),

@@ -11,6 +11,7 @@ from apps.api.routers import (
     agents,
     approvals,
     audit,
+    costs,
     crews,
     gateway_keys,
     llm_connections,
@@ -44,3 +45,4 @@ api.add_router("/tools", tools.router)
 api.add_router("/runs", runs.router)
 api.add_router("/approvals", approvals.router)
 api.add_router("/gateway-keys", gateway_keys.router)
+api.add_router("/costs", costs.router)

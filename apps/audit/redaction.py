@@ -17,8 +17,27 @@ SECRET_VALUE_PATTERN = re.compile(
 )
 
 
+def sensitive_names() -> frozenset[str]:
+    """Argument names an organisation's deployment adds (setting AIRLOCK_SENSITIVE_ARGUMENTS), matched whole."""
+    from django.conf import settings
+
+    return frozenset(n.strip().lower() for n in getattr(settings, "AIRLOCK_SENSITIVE_ARGUMENTS", ()) if n.strip())
+
+
+# Token *counts* (input_tokens, tokens_out, token_budget ...) are numbers, not credentials.
+TOKEN_COUNT_KEY = re.compile(r"^(tokens?_[a-z_]+|[a-z_]+_tokens|token_budget)$", re.IGNORECASE)
+
+
+def _secret_key(key: str, value: Any) -> bool:
+    if key.lower() in sensitive_names():
+        return True
+    if not SECRET_KEY_PATTERN.search(key):
+        return False
+    return not (TOKEN_COUNT_KEY.match(key) and isinstance(value, int | float) and not isinstance(value, bool))
+
+
 def redact(value: Any, *, key: str = "") -> Any:
-    if key and SECRET_KEY_PATTERN.search(key):
+    if key and _secret_key(key, value):
         return REDACTED if value not in (None, "", [], {}) else value
     if isinstance(value, dict):
         return {k: redact(v, key=str(k)) for k, v in value.items()}

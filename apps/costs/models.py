@@ -55,8 +55,62 @@ class UsageRecord(TenantModel):
             models.Index(fields=["org", "run_id"], name="usage_org_run"),
             models.Index(fields=["org", "agent_id", "created_at"], name="usage_org_agent"),
             models.Index(fields=["org", "crew_id", "created_at"], name="usage_org_crew"),
+            # On Postgres, migration 0002 adds a covering index (org, created_at) INCLUDE (...) so the
+            # costs page reads a date range from the index alone (bench/history.py shows the plan).
         ]
         ordering = ["-created_at"]
 
     def __str__(self) -> str:
         return f"{self.provider}:{self.model} {self.input_tokens}/{self.output_tokens}"
+
+
+class BudgetScope(models.TextChoices):
+    ORG = "org", "Organisation (per month)"
+    CREW = "crew", "Crew (per month)"
+    AGENT = "agent", "Agent (per month)"
+    RUN = "run", "Each run"
+
+
+DEFAULT_THRESHOLDS = [50, 80, 100]
+
+
+class Budget(TenantModel):
+    """A spending limit: the whole org, one crew or one agent per calendar month (UTC), or each run.
+
+    `target_id` is the crew's or agent's id (NULL for org and run scopes). Crossing a threshold
+    (percent) emits a `BudgetAlert` once per period; at 100 % new runs are refused and running
+    ones stop before their next model call.
+    """
+
+    scope = models.CharField(max_length=8, choices=BudgetScope.choices)
+    target_id = models.UUIDField(null=True, blank=True)
+    target_label = models.CharField(max_length=200, blank=True)
+    amount_usd = models.DecimalField(max_digits=12, decimal_places=4)
+    thresholds = models.JSONField(default=list)  # percents, e.g. [50, 80, 100]
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["org", "scope", "target_id"], name="budget_org_scope_target"),
+            models.UniqueConstraint(fields=["org", "scope"], condition=models.Q(target_id__isnull=True),
+                                    name="budget_org_scope_untargeted"),
+        ]
+        ordering = ["scope", "target_label"]
+
+    def __str__(self) -> str:
+        return f"{self.get_scope_display()} {self.target_label} ${self.amount_usd}".replace("  ", " ")
+
+
+class BudgetAlert(TenantModel):
+    """A threshold a budget crossed in one period (the month's first day; a run's id for run budgets)."""
+
+    budget = models.ForeignKey(Budget, on_delete=models.CASCADE, related_name="alerts")
+    period = models.CharField(max_length=40)  # "2025-06" or a run id
+    threshold = models.PositiveSmallIntegerField()
+    spent_usd = models.DecimalField(max_digits=14, decimal_places=8)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["budget", "period", "threshold"], name="budget_alert_once")]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.budget} {self.threshold}% in {self.period}"

@@ -84,6 +84,10 @@ class Run(TenantModel):
             models.Index(fields=["org", "status", "-created_at"], name="run_org_status"),
             models.Index(fields=["org", "crew", "-created_at"], name="run_org_crew"),
             models.Index(fields=["status", "lease_expires_at"], name="run_lease"),
+            # run history (apps/runs/history.py): who started it, costliest first; Postgres-only
+            # search and held/findings/agent indexes are in migration 0003
+            models.Index(fields=["org", "started_by", "-created_at"], name="run_org_started_by"),
+            models.Index(fields=["org", "cost_usd"], name="run_org_cost"),
         ]
         ordering = ["-created_at"]
 

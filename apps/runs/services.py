@@ -30,6 +30,7 @@ from apps.approvals import services as approvals
 from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
 from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.costs import selectors as budgets
 from apps.crews import selectors as crews
 from apps.registry.models import Tool
 from apps.runs.engine.errors import LeaseLost
@@ -144,6 +145,9 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
                                {"crew": f"Disabled agents: {', '.join(disabled)}."})
     clean = clean_inputs(crew.inputs, inputs)
     snapshot = build_snapshot(crew)
+    refusal = budgets.start_refusal(org_id=actor.org_id, crew_id=crew.id, agent_ids=list(snapshot["agents"]))
+    if refusal:
+        raise ValidationFailed(refusal, {"crew": refusal})
     try:
         with transaction.atomic():
             run = Run.objects.create(org_id=actor.org_id, crew=crew, crew_name=crew.name, inputs=clean,

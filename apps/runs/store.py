@@ -21,6 +21,7 @@ from apps.agents.models import LlmConnection
 from apps.agents.providers import ConnectionSpec
 from apps.approvals import services as approvals
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
+from apps.audit import services as audit
 from apps.costs import services as costs
 from apps.registry.models import Tool
 from apps.runs.engine.errors import LeaseLost
@@ -230,6 +231,11 @@ class RunStore:
                 setattr(row, key, value)
             if event:
                 self.event(event, tool_call_id=str(row.id), tool=row.qualified_name, **(event_data or {}))
+            if fields.get("state") == CallState.DENIED:  # policy denials (at offer or dispatch) are audited
+                audit.record(org_id=self.run.org_id, actor=None, action="policy.denied", target=row,
+                             target_label=row.qualified_name,
+                             data={"run_id": self.run_id, "crew": self.run.crew_name, "rule": row.rule,
+                                   "reason": row.reason[:500], "args_hash": row.args_hash})
         return True
 
     def decide_call(self, row: ToolCall, *, state: str, decision: str, rule: str, reason: str,

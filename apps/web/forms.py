@@ -40,6 +40,50 @@ class AuditFilterForm(forms.Form):
     until = forms.DateField(required=False, widget=forms.DateInput(attrs={"type": "date"}))
 
 
+class RunFilterForm(forms.Form):
+    """The run history's filters; choices for crew, agent and who started it are filled by the view."""
+
+    q = forms.CharField(required=False, label="Search inputs and outputs")
+    crew = forms.UUIDField(required=False)
+    agent = forms.UUIDField(required=False)
+    status = forms.CharField(required=False)
+    started_by = forms.IntegerField(required=False)
+    since = forms.DateField(required=False)
+    until = forms.DateField(required=False)
+    held = forms.BooleanField(required=False)
+    findings = forms.BooleanField(required=False)
+    sort = forms.ChoiceField(required=False, choices=[("newest", "Newest"), ("oldest", "Oldest"),
+                                                      ("cost", "Cost"), ("tokens", "Tokens"), ("status", "Status")])
+    page = forms.IntegerField(required=False, min_value=1)
+
+
+class CostRangeForm(forms.Form):
+    since = forms.DateField(required=False)
+    until = forms.DateField(required=False)
+    group_by = forms.ChoiceField(required=False, choices=[("day", "Day"), ("week", "Week"), ("month", "Month")])
+
+
+class PriceForm(forms.Form):
+    model = forms.CharField(max_length=200)
+    provider = forms.CharField(max_length=40, required=False, help_text="Empty: the model under any provider.")
+    input_per_mtok = forms.DecimalField(label="Input $/M tokens", min_value=0, max_digits=12, decimal_places=6)
+    output_per_mtok = forms.DecimalField(label="Output $/M tokens", min_value=0, max_digits=12, decimal_places=6)
+    cached_per_mtok = forms.DecimalField(label="Cached input $/M tokens", min_value=0, max_digits=12,
+                                         decimal_places=6, required=False, help_text="Empty: the input price.")
+    effective_from = forms.DateField(help_text="Calls from this day on (UTC) use this price.")
+    note = forms.CharField(max_length=200, required=False)
+
+
+class BudgetForm(forms.Form):
+    scope = forms.ChoiceField(choices=[("org", "Organisation (per month)"), ("crew", "Crew (per month)"),
+                                       ("agent", "Agent (per month)"), ("run", "Each run")])
+    target = forms.CharField(required=False, help_text="The crew or agent (for those scopes).")
+    amount_usd = forms.CharField(label="Amount (USD)")
+    thresholds = forms.CharField(
+        initial="50, 80, 100", required=False,
+        help_text="Warn at these percents; at 100 % new runs are refused and running ones stop.")
+
+
 def apply_domain_errors(form: forms.Form, exc: ValidationFailed) -> None:
     """Shows a service's field errors next to the fields, the rest at the top of the form."""
     if not exc.errors:

@@ -1,7 +1,21 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
-from apps.web.views import agents, audit, auth, catalog, crews, dashboard, members, runs, servers, system, tokens
+from apps.web.views import (
+    agents,
+    audit,
+    auth,
+    catalog,
+    costs,
+    crews,
+    dashboard,
+    exports,
+    members,
+    runs,
+    servers,
+    system,
+    tokens,
+)
 
 app_name = "web"
 
@@ -37,6 +51,8 @@ urlpatterns = [
     path("settings/system/", system.system, name="system"),
     path("settings/system/check-worker/", system.check_worker, name="check_worker"),
     path("audit/", audit.audit_log, name="audit"),
+    path("audit/verify/", audit.audit_verify, name="audit_verify"),
+    path("audit/export.csv", exports.audit_csv, name="audit_csv"),
     # Sections whose pages arrive with their issues
     path("servers/", servers.servers, name="servers"),
     path("servers/catalog/", catalog.server_catalog, name="server_catalog"),
@@ -73,9 +89,16 @@ urlpatterns = [
     path("crews/<uuid:crew_id>/delete/", crews.crew_delete, name="crew_delete"),
     path("crews/<uuid:crew_id>/run/", runs.run_start, name="run_start"),
     path("runs/", runs.run_list, name="runs"),
+    path("runs/export.csv", exports.runs_csv, name="runs_csv"),
+    path("runs/<uuid:run_id>/trace.json", exports.run_trace_json, name="run_trace"),
     path("runs/<uuid:run_id>/", runs.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/cancel/", runs.run_cancel, name="run_cancel"),
     path("inbox/", runs.inbox, name="inbox"),
     path("inbox/<uuid:approval_id>/decide/", runs.inbox_decide, name="inbox_decide"),
-    path("costs/", dashboard.coming_soon, {"section": "costs"}, name="costs"),
+    path("costs/", costs.costs, name="costs"),
+    path("costs/export.csv", exports.costs_csv, name="costs_csv"),
+    path("costs/prices/", costs.price_add, name="price_add"),
+    path("costs/prices/<uuid:price_id>/delete/", costs.price_delete, name="price_delete"),
+    path("costs/budgets/", costs.budget_set, name="budget_set"),
+    path("costs/budgets/<uuid:budget_id>/delete/", costs.budget_delete, name="budget_delete"),
 ]

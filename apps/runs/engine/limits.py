@@ -74,7 +74,18 @@ def dollar_budget(ctx: PreCallContext) -> LimitHit | None:
     return None
 
 
-PRE_CALL_CHECKS: list[Callable[[PreCallContext], LimitHit | None]] = [token_budget, dollar_budget]
+def org_budgets(ctx: PreCallContext) -> LimitHit | None:
+    """The org's budgets (Costs page): monthly for the org, the crew and the agent, and per run."""
+    from apps.costs.selectors import call_refusal
+
+    estimate = price_call(org_id=ctx.org_id, provider=ctx.provider, model=ctx.model,
+                          input_tokens=ctx.prompt_tokens, output_tokens=ctx.max_tokens).cost_usd
+    message = call_refusal(org_id=ctx.org_id, crew_id=ctx.crew_id, agent_id=ctx.agent_id, run_id=ctx.run_id,
+                           run_cost_usd=ctx.run_cost_usd, next_cost_usd=estimate)
+    return LimitHit(f"Budget: {message}") if message else None
+
+
+PRE_CALL_CHECKS: list[Callable[[PreCallContext], LimitHit | None]] = [token_budget, dollar_budget, org_budgets]
 
 
 def check_before_call(ctx: PreCallContext) -> LimitHit | None:

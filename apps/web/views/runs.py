@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime, timedelta
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -10,19 +11,48 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from apps.accounts import selectors as accounts
+from apps.agents import selectors as agents
 from apps.approvals import selectors as approvals
-from apps.core.errors import ValidationFailed
+from apps.core.errors import NotFound, ValidationFailed
 from apps.crews import selectors as crews
-from apps.runs import selectors, services
+from apps.runs import history, selectors, services
 from apps.runs.models import RunStatus
 from apps.web.access import member_required
+from apps.web.forms import RunFilterForm
+
+PAGE_SIZE = 50
+
+
+def run_filters(form: RunFilterForm) -> history.RunFilters:
+    """The run history's filters from the query string (invalid values are ignored)."""
+    data = {k: v for k, v in form.cleaned_data.items() if v not in (None, "")} if form.is_valid() else {}
+    since, until = data.get("since"), data.get("until")
+    return history.RunFilters(
+        crew_id=data.get("crew"), agent_id=data.get("agent"), status=data.get("status"),
+        started_by=data.get("started_by"), q=data.get("q", ""), sort=data.get("sort") or "newest",
+        held=bool(data.get("held")), findings=bool(data.get("findings")),
+        since=datetime(since.year, since.month, since.day, tzinfo=UTC) if since else None,
+        until=datetime(until.year, until.month, until.day, tzinfo=UTC) + timedelta(days=1) if until else None)
 
 
 @member_required()
 def run_list(request: HttpRequest) -> HttpResponse:
-    status = request.GET.get("status") or None
-    runs = selectors.org_runs(org_id=request.actor.org_id, status=status)[:100]
-    return render(request, "web/runs/list.html", {"runs": runs, "status": status, "statuses": RunStatus.choices})
+    """The run history: filters, full-text search, sorting and pages (offset, with a capped count)."""
+    org_id = request.actor.org_id
+    form = RunFilterForm(request.GET or None)
+    runs = history.search_runs(org_id=org_id, filters=run_filters(form))
+    page = (form.cleaned_data.get("page") if form.is_valid() else None) or 1
+    rows = list(runs[(page - 1) * PAGE_SIZE:page * PAGE_SIZE + 1])
+    count, more = history.count_runs(runs)
+    query = request.GET.copy()
+    query.pop("page", None)
+    context = {"runs": rows[:PAGE_SIZE], "form": form, "status": request.GET.get("status") or None,
+               "statuses": RunStatus.choices, "page": page, "has_next": len(rows) > PAGE_SIZE,
+               "count": count, "count_capped": more, "query": query.urlencode(),
+               "crews": crews.org_crews(org_id=org_id), "agents": agents.org_agents(org_id=org_id),
+               "members": accounts.org_members(org_id=org_id).select_related("user")}
+    return render(request, "web/runs/list.html#run-results" if request.htmx else "web/runs/list.html", context)
 
 
 def run_context(run) -> dict:
@@ -33,8 +63,21 @@ def run_context(run) -> dict:
 def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     run = selectors.get_run(org_id=request.actor.org_id, run_id=run_id)
     context = {**run_context(run), "can_cancel": request.actor.can("runs.start") and not run.is_finished,
-               "can_decide": request.actor.can("approvals.decide")}
+               "can_decide": request.actor.can("approvals.decide"), **history_context(run)}
     return render(request, "web/runs/detail.html", context)
+
+
+def history_context(run) -> dict:
+    """The run page's timeline, spend per agent and configuration then and now."""
+    current = None
+    if run.crew_id:
+        try:
+            current = services.build_snapshot(crews.get_crew(org_id=run.org_id, crew_id=run.crew_id))
+        except NotFound:
+            current = None
+    return {"waterfall": history.waterfall(run), "agent_spend": history.spend_by_agent(run),
+            "config_changes": history.config_diff(run.snapshot, current), "crew_exists": current is not None,
+            "snapshot_json": json.dumps(history.mask(run.snapshot), indent=2, sort_keys=True, default=str)}
 
 
 @require_POST

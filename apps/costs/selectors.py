@@ -1,0 +1,264 @@
+"""Reads of spend, prices and budgets. One selector (`spend_by`) feeds the costs page and `GET /costs`.
+
+Costs sits below crews, agents and runs: it names crews and agents through lazy model
+references (`django.apps.apps.get_model`) only, to label rows, never to join them.
+
+Unknown-price usage (`cost_usd` NULL) is counted (`unknown_calls`, `unknown_tokens`) and never
+summed as zero: a group whose every call had no price has `cost_usd=None`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from django.apps import apps
+from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce, TruncDay, TruncMonth, TruncWeek
+from django.utils import timezone
+
+from apps.core.errors import ValidationFailed
+from apps.costs.models import Budget, BudgetAlert, BudgetScope, ModelPrice, UsageRecord
+
+GROUPS = ("day", "week", "month", "crew", "agent", "model", "provider")
+TIME_GROUPS = {"day": TruncDay, "week": TruncWeek, "month": TruncMonth}
+ZERO = Decimal(0)
+
+
+@dataclass(frozen=True)
+class SpendRow:
+    key: str  # a date (day/week/month: the period's first day), an id, a model or provider name
+    label: str
+    runs: int
+    calls: int
+    tokens_in: int  # includes cached
+    tokens_cached: int
+    tokens_out: int
+    cost_usd: Decimal | None  # known spend; None when every call of the group had an unknown price
+    unknown_calls: int  # calls with no known price: their cost is not in cost_usd
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "label": self.label, "runs": self.runs, "calls": self.calls,
+                "tokens_in": self.tokens_in, "tokens_cached": self.tokens_cached, "tokens_out": self.tokens_out,
+                "cost_usd": self.cost_usd, "unknown_calls": self.unknown_calls}
+
+
+def usage_rows(*, org_id: UUID | str, since: datetime | None = None, until: datetime | None = None) -> QuerySet:
+    rows = UsageRecord.objects.filter(org_id=org_id)
+    if since:
+        rows = rows.filter(created_at__gte=since)
+    if until:
+        rows = rows.filter(created_at__lt=until)
+    return rows
+
+
+def _aggregates() -> dict[str, Any]:
+    return {"runs": Count("run_id", distinct=True), "calls": Count("id"),
+            "tokens_in": Coalesce(Sum("input_tokens"), 0), "tokens_cached": Coalesce(Sum("cached_tokens"), 0),
+            "tokens_out": Coalesce(Sum("output_tokens"), 0), "cost": Sum("cost_usd"),
+            "unknown_calls": Count("id", filter=Q(cost_usd__isnull=True))}
+
+
+def spend_by(*, org_id: UUID | str, group_by: str, since: datetime | None = None,
+             until: datetime | None = None) -> list[SpendRow]:
+    """Spend grouped by period (day/week/month, UTC), crew, agent, model or provider.
+
+    Periods are in time order; other groups by known cost, highest first. Raises ValidationFailed
+    for an unknown `group_by`.
+    """
+    if group_by not in GROUPS:
+        raise ValidationFailed(f"group_by must be one of {', '.join(GROUPS)}.",
+                               {"group_by": f"One of {', '.join(GROUPS)}."})
+    rows = usage_rows(org_id=org_id, since=since, until=until)
+    if group_by in TIME_GROUPS:
+        grouped = (rows.annotate(group=TIME_GROUPS[group_by]("created_at", tzinfo=UTC)).values("group")
+                   .annotate(**_aggregates()).order_by("group"))
+    else:
+        field = {"crew": "crew_id", "agent": "agent_id"}.get(group_by, group_by)
+        grouped = (rows.values(group=F(field)).annotate(**_aggregates())
+                   .order_by(F("cost").desc(nulls_last=True), "group"))
+    grouped = list(grouped)
+    labels = _labels(org_id, group_by, [g["group"] for g in grouped])
+    return [_row(g, labels) for g in grouped]
+
+
+def spend_total(*, org_id: UUID | str, since: datetime | None = None, until: datetime | None = None) -> SpendRow:
+    total = usage_rows(org_id=org_id, since=since, until=until).aggregate(**_aggregates())
+    return _row({**total, "group": "total"}, {"total": "Total"})
+
+
+def _row(g: dict[str, Any], labels: dict[str, str]) -> SpendRow:
+    key = _key(g["group"])
+    known = g["calls"] - g["unknown_calls"]
+    cost = (g["cost"] or ZERO) if known else None
+    return SpendRow(key=key, label=labels.get(key, key), runs=g["runs"], calls=g["calls"],
+                    tokens_in=g["tokens_in"], tokens_cached=g["tokens_cached"], tokens_out=g["tokens_out"],
+                    cost_usd=cost, unknown_calls=g["unknown_calls"])
+
+
+def _key(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).date().isoformat()
+    return str(value)
+
+
+def _labels(org_id: UUID | str, group_by: str, keys: list[Any]) -> dict[str, str]:
+    """Names for crew and agent ids (a deleted one keeps a short id); other keys label themselves."""
+    if group_by not in ("crew", "agent"):
+        return {_key(k): (_key(k) or "(none)") for k in keys}
+    model = apps.get_model("crews", "Crew") if group_by == "crew" else apps.get_model("agents", "Agent")
+    ids = [k for k in keys if k]
+    names = {str(pk): name for pk, name in model.objects.filter(org_id=org_id, id__in=ids).values_list("id", "name")}
+    none = "(no crew)" if group_by == "crew" else "(no agent)"
+    return {_key(k): names.get(str(k), f"deleted {group_by} {str(k)[:8]}") if k else none for k in keys}
+
+
+def parse_range(since: date | datetime | None, until: date | datetime | None,
+                default_days: int = 30) -> tuple[datetime, datetime]:
+    """A [since, until) range in UTC; dates mean whole days (until inclusive). Defaults to the last 30 days."""
+    def as_dt(value: date | datetime, *, end: bool) -> datetime:
+        if isinstance(value, datetime):
+            return value if timezone.is_aware(value) else value.replace(tzinfo=UTC)
+        return datetime(value.year, value.month, value.day, tzinfo=UTC) + timedelta(days=1 if end else 0)
+
+    now = timezone.now()
+    end = as_dt(until, end=True) if until else datetime(now.year, now.month, now.day, tzinfo=UTC) + timedelta(days=1)
+    start = as_dt(since, end=False) if since else end - timedelta(days=default_days)
+    if start >= end:
+        raise ValidationFailed("The start of the range must be before its end.", {"since": "Before the end date."})
+    return start, end
+
+
+# --- prices --------------------------------------------------------------------------------------
+
+def org_prices(*, org_id: UUID | str) -> QuerySet[ModelPrice]:
+    return ModelPrice.objects.filter(org_id=org_id).order_by("model", "provider", "-effective_from")
+
+
+# --- budgets -------------------------------------------------------------------------------------
+
+def month_start(at: datetime | None = None) -> datetime:
+    at = (at or timezone.now()).astimezone(UTC)
+    return datetime(at.year, at.month, 1, tzinfo=UTC)
+
+
+def period_of(budget: Budget, *, at: datetime | None = None, run_id: UUID | str | None = None) -> str:
+    return str(run_id) if budget.scope == BudgetScope.RUN else month_start(at).strftime("%Y-%m")
+
+
+def org_budgets(*, org_id: UUID | str) -> QuerySet[Budget]:
+    return Budget.objects.filter(org_id=org_id)
+
+
+def get_budget(*, org_id: UUID | str, budget_id: UUID | str) -> Budget:
+    from apps.core.errors import NotFound
+
+    budget = Budget.objects.filter(org_id=org_id, id=budget_id).first() if _is_uuid(budget_id) else None
+    if budget is None:
+        raise NotFound("No such budget.")
+    return budget
+
+
+def _is_uuid(value: Any) -> bool:
+    try:
+        UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def budgets_for(*, org_id: UUID | str, crew_id: UUID | str | None, agent_ids: list[Any]) -> list[Budget]:
+    """The budgets that apply to a model call (or a run) of this crew and these agents."""
+    scope = Q(scope__in=[BudgetScope.ORG, BudgetScope.RUN])
+    if crew_id:
+        scope |= Q(scope=BudgetScope.CREW, target_id=crew_id)
+    if agent_ids:
+        scope |= Q(scope=BudgetScope.AGENT, target_id__in=[a for a in agent_ids if a])
+    return list(Budget.objects.filter(scope, org_id=org_id))
+
+
+def spent(budget: Budget, *, at: datetime | None = None, run_id: UUID | str | None = None) -> Decimal:
+    """Known spend against the budget in its current period (the month, UTC, or the run)."""
+    rows = UsageRecord.objects.filter(org_id=budget.org_id)
+    if budget.scope == BudgetScope.RUN:
+        rows = rows.filter(run_id=run_id)
+    else:
+        rows = rows.filter(created_at__gte=month_start(at))
+        if budget.scope == BudgetScope.CREW:
+            rows = rows.filter(crew_id=budget.target_id)
+        elif budget.scope == BudgetScope.AGENT:
+            rows = rows.filter(agent_id=budget.target_id)
+    return rows.aggregate(total=Sum("cost_usd"))["total"] or ZERO
+
+
+@dataclass(frozen=True)
+class BudgetUse:
+    budget: Budget
+    spent_usd: Decimal
+
+    @property
+    def percent(self) -> int:
+        return int(self.spent_usd * 100 / self.budget.amount_usd) if self.budget.amount_usd else 100
+
+    @property
+    def exhausted(self) -> bool:
+        return self.spent_usd >= self.budget.amount_usd
+
+    @property
+    def level(self) -> str:
+        return "danger" if self.exhausted else "warning" if self.percent >= 80 else "ok"
+
+
+def budget_use(*, org_id: UUID | str) -> list[BudgetUse]:
+    """Every monthly budget with this month's spend (run budgets have no standing use)."""
+    return [BudgetUse(b, spent(b)) for b in org_budgets(org_id=org_id).exclude(scope=BudgetScope.RUN)]
+
+
+def recent_alerts(*, org_id: UUID | str) -> list[BudgetAlert]:
+    """This month's alerts at 80 % or more, newest first: the banner on every page."""
+    alerts = (BudgetAlert.objects.filter(org_id=org_id, created_at__gte=month_start(), threshold__gte=80)
+              .exclude(budget__scope=BudgetScope.RUN).select_related("budget"))
+    return list(alerts.order_by("-threshold", "-created_at")[:3])
+
+
+def describe(budget: Budget) -> str:
+    if budget.scope == BudgetScope.ORG:
+        return "The organisation's monthly budget"
+    if budget.scope == BudgetScope.RUN:
+        return "The per-run budget"
+    return f"The monthly budget of the {budget.scope} {budget.target_label or str(budget.target_id)[:8]}"
+
+
+def start_refusal(*, org_id: UUID | str, crew_id: UUID | str | None, agent_ids: list[Any]) -> str | None:
+    """Why a new run may not start (a monthly budget used up), or None."""
+    for budget in budgets_for(org_id=org_id, crew_id=crew_id, agent_ids=agent_ids):
+        if budget.scope == BudgetScope.RUN:
+            continue
+        used = spent(budget)
+        if used >= budget.amount_usd:
+            return (f"{describe(budget)} (${budget.amount_usd:.2f}) is used up: ${used:.2f} spent this month. "
+                    "New runs start again next month or when an admin raises the budget under Costs.")
+    return None
+
+
+def call_refusal(*, org_id: UUID | str, crew_id: UUID | str | None, agent_id: UUID | str | None,
+                 run_id: UUID | str, run_cost_usd: Decimal | None, next_cost_usd: Decimal | None) -> str | None:
+    """Why the next model call may not happen (a budget at 100 %, or a price a budget cannot check), or None."""
+    for budget in budgets_for(org_id=org_id, crew_id=crew_id, agent_ids=[agent_id]):
+        if next_cost_usd is None or (budget.scope == BudgetScope.RUN and run_cost_usd is None):
+            return (f"{describe(budget)} (${budget.amount_usd:.2f}) cannot be kept: the model's price is unknown. "
+                    "Set a price for the model under Costs.")
+        if budget.scope == BudgetScope.RUN:
+            if run_cost_usd + next_cost_usd > budget.amount_usd:
+                return (f"{describe(budget)} (${budget.amount_usd:.2f}) would be crossed: the run has spent "
+                        f"${run_cost_usd:.4f} and the next call could cost about ${next_cost_usd:.4f}.")
+            continue
+        used = spent(budget)
+        if used >= budget.amount_usd:
+            return f"{describe(budget)} (${budget.amount_usd:.2f}) is used up: ${used:.4f} spent this month."
+    return None

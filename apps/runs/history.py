@@ -1,0 +1,327 @@
+"""Run history: searching runs, what a run spent and when, its configuration against today's, its trace.
+
+Reads only (tenant-scoped like `selectors`). The queries are designed with the indexes in
+migration 0003: the list pages by (org, created_at) and filters with small partial indexes;
+full-text search uses a GIN index on Postgres (`SEARCH_DOCUMENT`) and `icontains` on SQLite.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+from uuid import UUID
+
+from django.db import connection
+from django.db.models import BooleanField, Exists, F, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.expressions import RawSQL
+from django.utils import timezone
+
+from apps.approvals.models import ApprovalRequest
+from apps.audit.redaction import redact
+from apps.runs.models import Run, RunEvent, RunStep, StepKind, ToolCall
+
+# Must match the GIN index expression in migration 0003 for Postgres to use it.
+SEARCH_DOCUMENT = "to_tsvector('simple'::regconfig, coalesce(\"runs_run\".\"output\", '') || ' ' || " \
+                  "\"runs_run\".\"inputs\"::text)"
+SORTS = {"newest": ("-created_at",), "oldest": ("created_at",), "cost": (F("cost_usd").desc(nulls_last=True),
+                                                                         "-created_at"),
+         "tokens": ("-tokens_in", "-created_at"), "status": ("status", "-created_at")}
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    crew_id: UUID | str | None = None
+    agent_id: UUID | str | None = None
+    status: str | None = None
+    started_by: int | None = None  # a user id
+    since: datetime | None = None
+    until: datetime | None = None
+    held: bool = False  # has calls held for a person
+    findings: bool = False  # has tool results with scanner findings
+    q: str = ""  # full text over inputs and output
+    sort: str = "newest"
+
+
+def search_runs(*, org_id: UUID | str, filters: RunFilters) -> QuerySet[Run]:
+    runs = Run.objects.filter(org_id=org_id).defer("snapshot", "state")
+    if filters.status:
+        runs = runs.filter(status=filters.status)
+    if filters.crew_id:
+        runs = runs.filter(crew_id=filters.crew_id)
+    if filters.started_by:
+        runs = runs.filter(started_by_id=filters.started_by)
+    if filters.since:
+        runs = runs.filter(created_at__gte=filters.since)
+    if filters.until:
+        runs = runs.filter(created_at__lt=filters.until)
+    if filters.agent_id:
+        runs = runs.filter(Exists(RunStep.objects.filter(run=OuterRef("pk"), kind=StepKind.AGENT,
+                                                         agent_id=filters.agent_id)))
+    if filters.held:
+        runs = runs.filter(Exists(ToolCall.objects.filter(run=OuterRef("pk"), approval__isnull=False)))
+    if filters.findings:
+        runs = runs.filter(Exists(ToolCall.objects.filter(run=OuterRef("pk")).exclude(findings=[])))
+    if filters.q.strip():
+        runs = _text_search(runs, filters.q.strip())
+    return runs.order_by(*SORTS.get(filters.sort, SORTS["newest"]))
+
+
+def _text_search(runs: QuerySet[Run], q: str) -> QuerySet[Run]:
+    if connection.vendor == "postgresql":
+        # A constant expression with q as a bound parameter; it must match the index expression.
+        match = RawSQL(f"{SEARCH_DOCUMENT} @@ plainto_tsquery('simple'::regconfig, %s)", [q],  # noqa: S611
+                       output_field=BooleanField())
+        return runs.filter(match)
+    return runs.filter(Q(output__icontains=q) | Q(inputs__icontains=q))
+
+
+def count_runs(runs: QuerySet[Run], *, cap: int = 10_000) -> tuple[int, bool]:
+    """How many runs match, counted up to `cap` (an exact count of a million rows costs seconds)."""
+    found = runs.order_by().values("pk")[:cap + 1].count()
+    return min(found, cap), found > cap
+
+
+# --- one run -------------------------------------------------------------------------------------
+
+@dataclass
+class Bar:
+    label: str
+    kind: str  # agent / llm / tool
+    start_ms: int
+    duration_ms: int
+    detail: str = ""
+    x: float = 0.0  # percent of the run's duration, for the SVG waterfall
+    width: float = 0.0
+
+
+@dataclass
+class Waterfall:
+    total_ms: int
+    bars: list[Bar] = field(default_factory=list)
+
+    @property
+    def height(self) -> int:
+        return len(self.bars) * 22 + 4
+
+
+def waterfall(run: Run) -> Waterfall:
+    """Each agent turn, model call and tool call as a bar from the run's start (a latency timeline)."""
+    origin = run.started_at or run.created_at
+    bars: list[Bar] = []
+
+    def bar(label: str, kind: str, start: datetime | None, end: datetime | None, detail: str = "") -> None:
+        if start is None:
+            return
+        end = end or start
+        bars.append(Bar(label, kind, max(0, _ms(start - origin)), max(0, _ms(end - start)), detail))
+
+    steps = RunStep.objects.filter(run=run).defer("messages", "output").order_by("position")
+    for step in steps:
+        if step.kind == StepKind.AGENT:
+            bar(f"{step.agent_name} · {step.task}", "agent", step.started_at, step.finished_at, step.status)
+        else:
+            bar(f"{step.model}", "llm", step.started_at, step.finished_at,
+                f"{step.input_tokens} in / {step.output_tokens} out")
+    for call in ToolCall.objects.filter(run=run).only("qualified_name", "state", "dispatched_at", "finished_at",
+                                                      "decided_at", "created_at"):
+        bar(call.qualified_name, "tool", call.dispatched_at or call.decided_at or call.created_at,
+            call.finished_at, call.state)
+    bars.sort(key=lambda b: (b.start_ms, b.kind != "agent"))
+    total = max([b.start_ms + b.duration_ms for b in bars] + [1])
+    for b in bars:
+        b.x = round(b.start_ms * 100 / total, 2)
+        b.width = max(round(b.duration_ms * 100 / total, 2), 0.4)
+    return Waterfall(total, bars)
+
+
+def _ms(delta: Any) -> int:
+    return int(delta.total_seconds() * 1000)
+
+
+@dataclass(frozen=True)
+class AgentSpend:
+    agent_id: str
+    agent_name: str
+    calls: int
+    tokens_in: int
+    tokens_out: int
+    tokens_cached: int
+    cost_usd: Decimal | None  # None: some of its calls had no known price
+    unknown_calls: int
+
+
+def spend_by_agent(run: Run) -> list[AgentSpend]:
+    rows: dict[str, dict[str, Any]] = {}
+    for step in RunStep.objects.filter(run=run, kind=StepKind.LLM).values(
+            "agent_id", "agent_name", "input_tokens", "output_tokens", "cached_tokens", "cost_usd"):
+        row = rows.setdefault(str(step["agent_id"]), {"name": step["agent_name"], "calls": 0, "in": 0, "out": 0,
+                                                      "cached": 0, "cost": Decimal(0), "unknown": 0})
+        row["calls"] += 1
+        row["in"] += step["input_tokens"]
+        row["out"] += step["output_tokens"]
+        row["cached"] += step["cached_tokens"]
+        if step["cost_usd"] is None:
+            row["unknown"] += 1
+        else:
+            row["cost"] += step["cost_usd"]
+    return [AgentSpend(agent_id=k, agent_name=r["name"], calls=r["calls"], tokens_in=r["in"], tokens_out=r["out"],
+                       tokens_cached=r["cached"], cost_usd=None if r["unknown"] else r["cost"],
+                       unknown_calls=r["unknown"]) for k, r in rows.items()]
+
+
+# --- configuration then and now ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Change:
+    path: str
+    then: Any
+    now: Any
+
+    @property
+    def kind(self) -> str:
+        return "added" if self.then is None else "removed" if self.now is None else "changed"
+
+
+def mask(value: Any) -> Any:
+    """What traces, exports and the configuration diff show: `apps.audit.redaction.redact`, which masks
+    secrets by key and by shape and the deployment's configured sensitive argument names."""
+    return redact(value)
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(value, dict):
+        out: dict[str, Any] = {}
+        for key in sorted(value, key=str):
+            out.update(_flatten(value[key], f"{prefix}.{key}" if prefix else str(key)))
+        return out or ({prefix: {}} if prefix else {})
+    return {prefix: value}
+
+
+def config_diff(then: dict[str, Any], now: dict[str, Any] | None) -> list[Change]:
+    """What differs between the snapshot a run used and what it would use today (redacted), by path.
+
+    Agents and tools are keyed by id and qualified name, so a renamed prompt or a new grant shows
+    as one line each. `now` None: the crew no longer exists.
+    """
+    if now is None:
+        return []
+    a, b = _flatten(mask(_comparable(then))), _flatten(mask(_comparable(now)))
+    return [Change(path, a.get(path), b.get(path)) for path in sorted(set(a) | set(b)) if a.get(path) != b.get(path)]
+
+
+def _comparable(snapshot: dict[str, Any]) -> dict[str, Any]:
+    snap = dict(snapshot or {})
+    agents = {}
+    for key, agent in (snap.get("agents") or {}).items():
+        agent = dict(agent)
+        agent["grants"] = {g.get("tool", str(i)): g for i, g in enumerate(agent.get("grants") or [])}
+        agents[agent.get("name", key)] = agent
+    snap["agents"] = agents
+    return snap
+
+
+# --- the full trace (JSON export) ----------------------------------------------------------------
+
+def run_trace(run: Run) -> dict[str, Any]:
+    """Everything a run did, redacted: the run, its steps (with model messages), ledger and events."""
+    steps = [{"id": str(s.id), "parent_id": str(s.parent_id) if s.parent_id else None, "position": s.position,
+              "kind": s.kind, "agent_id": str(s.agent_id) if s.agent_id else None, "agent": s.agent_name,
+              "task": s.task, "status": s.status, "status_reason": s.status_reason, "output": s.output,
+              "provider": s.provider, "model": s.model, "input_tokens": s.input_tokens,
+              "cached_tokens": s.cached_tokens, "output_tokens": s.output_tokens,
+              "cost_usd": _dec(s.cost_usd), "price_source": s.price_source, "latency_ms": s.latency_ms,
+              "started_at": _iso(s.started_at), "finished_at": _iso(s.finished_at), "messages": s.messages}
+             for s in RunStep.objects.filter(run=run).order_by("position")]
+    calls = [{"id": str(c.id), "step_id": str(c.step_id), "call_id": c.call_id, "tool": c.qualified_name,
+              "arguments": c.arguments, "approved_arguments": c.approved_arguments, "state": c.state,
+              "decision": c.decision, "rule": c.rule, "reason": c.reason,
+              "decided_by": decided_by(c), "result": c.result, "error": c.error, "findings": c.findings,
+              "decided_at": _iso(c.decided_at), "dispatched_at": _iso(c.dispatched_at),
+              "finished_at": _iso(c.finished_at)}
+             for c in ToolCall.objects.filter(run=run).select_related("approval").order_by("step__position",
+                                                                                            "position")]
+    events = [{"seq": e.seq, "type": e.type, "at": _iso(e.at), "data": e.data}
+              for e in RunEvent.objects.filter(run=run).order_by("seq").iterator(chunk_size=2000)]
+    body = {"run": {"id": str(run.id), "crew_id": str(run.crew_id) if run.crew_id else None,
+                    "crew": run.crew_name, "status": run.status, "inputs": run.inputs, "output": run.output,
+                    "error": run.error, "error_class": run.error_class, "started_by": run.started_by_label,
+                    "created_at": _iso(run.created_at), "started_at": _iso(run.started_at),
+                    "finished_at": _iso(run.finished_at), "tokens_in": run.tokens_in, "tokens_out": run.tokens_out,
+                    "tokens_cached": run.tokens_cached, "cost_usd": _dec(run.cost_usd),
+                    "cost_unknown_calls": run.cost_unknown_calls, "snapshot": run.snapshot},
+            "steps": steps, "tool_calls": calls, "events": events}
+    return mask(body)
+
+
+def decided_by(call: ToolCall) -> str:
+    """Who made the call's decision: the policy rule, or the person who approved or rejected it."""
+    approval = call.approval if call.approval_id else None
+    if approval is not None and approval.decided_by_label:
+        return approval.decided_by_label
+    if call.resolved_by:
+        return call.resolved_by
+    return f"policy ({call.rule})" if call.rule else ("policy" if call.decision else "")
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _dec(value: Decimal | None) -> str | None:
+    return None if value is None else str(value)
+
+
+# --- what the costs page shows next to the spend -------------------------------------------------
+
+def top_runs(*, org_id: UUID | str, since: datetime, until: datetime, limit: int = 10) -> QuerySet[Run]:
+    return (Run.objects.filter(org_id=org_id, created_at__gte=since, created_at__lt=until, cost_usd__gt=0)
+            .only("id", "crew_name", "status", "cost_usd", "tokens_in", "tokens_out", "created_at",
+                  "cost_unknown_calls").order_by(F("cost_usd").desc(nulls_last=True))[:limit])
+
+
+@dataclass(frozen=True)
+class Outcomes:
+    succeeded: int
+    cost_usd: Decimal | None  # known spend of the succeeded runs
+    unknown_runs: int  # succeeded runs with a call of unknown price (not in cost_usd)
+
+    @property
+    def per_run(self) -> Decimal | None:
+        known = self.succeeded - self.unknown_runs
+        return (self.cost_usd / known).quantize(Decimal("0.000001")) if known and self.cost_usd is not None else None
+
+
+def successful_run_cost(*, org_id: UUID | str, since: datetime, until: datetime) -> Outcomes:
+    runs = Run.objects.filter(org_id=org_id, created_at__gte=since, created_at__lt=until, status="succeeded")
+    totals = runs.aggregate(cost=Sum("cost_usd"))
+    return Outcomes(succeeded=runs.count(), cost_usd=totals["cost"],
+                    unknown_runs=runs.filter(cost_usd__isnull=True).count())
+
+
+@dataclass(frozen=True)
+class Waiting:
+    crew: str
+    approvals: int
+    seconds: float
+
+    @property
+    def hours(self) -> float:
+        return round(self.seconds / 3600, 2)
+
+
+def approval_waits(*, org_id: UUID | str, since: datetime, until: datetime,
+                   now: datetime | None = None) -> list[Waiting]:
+    """Time runs spent waiting for people (request to decision; still pending: to now), per crew."""
+    now = now or timezone.now()
+    crew_of = Run.objects.filter(id=OuterRef("run_id")).values("crew_name")[:1]
+    rows = (ApprovalRequest.objects.filter(org_id=org_id, created_at__gte=since, created_at__lt=until,
+                                           run_id__isnull=False)
+            .annotate(crew=Subquery(crew_of)).values_list("crew", "created_at", "decided_at"))
+    totals: dict[str, list[float]] = {}
+    for crew, created, decided in rows.iterator(chunk_size=2000):
+        entry = totals.setdefault(crew or "(deleted crew)", [0, 0.0])
+        entry[0] += 1
+        entry[1] += max(0.0, ((decided or now) - created).total_seconds())
+    return sorted((Waiting(c, int(n), s) for c, (n, s) in totals.items()), key=lambda w: -w.seconds)
