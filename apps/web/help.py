@@ -18,8 +18,8 @@ RISKS = [
 ]
 
 POLICIES = [
-    ("auto", "Auto", "Runs without asking, unless a rule that always needs a person applies (dangerous tools, third-party "
-                     "writes, writes after untrusted content) or its condition matches the arguments."),
+    ("auto", "Auto", "Runs without asking, unless a rule that always needs a person applies (dangerous tools, "
+                     "third-party writes, writes after untrusted content) or its condition matches the arguments."),
     ("approve", "Approve", "Waits in the inbox until a person approves or rejects that exact call."),
     ("deny", "Deny", "Never runs; the model is not offered the tool."),
 ]
