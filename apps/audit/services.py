@@ -71,3 +71,38 @@ def record(*, org_id: UUID | None, actor: AuditActor | None, action: str, target
         head.seq, head.hash = seq, digest
         head.save(update_fields=["seq", "hash"])
     return event
+
+
+def record_many(*, org_id: UUID | None, entries: list[dict[str, Any]]) -> list[AuditEvent]:
+    """Appends several events to one organisation's chain in one go (one lock, one insert).
+
+    Each entry has the keyword arguments of `record` (actor, action, target, target_label, data).
+    For writers that batch many small events off the request path (the MCP gateway's calls).
+    Must run inside the caller's transaction.
+    """
+    if not entries:
+        return []
+    with transaction.atomic():
+        head = _locked_head(org_id or GLOBAL_CHAIN)
+        events = []
+        for entry in entries:
+            now = timezone.now()
+            actor, target = entry.get("actor"), entry.get("target")
+            clean = redact(entry.get("data") or {})
+            target_type = target._meta.label_lower if target is not None else ""
+            target_id = str(target.pk) if target is not None else ""
+            actor_label = actor.label if actor else "system"
+            seq = head.seq + 1
+            digest = event_hash(prev_hash=head.hash, seq=seq, org_id=org_id, created_at=now.isoformat(),
+                                action=entry["action"], actor_label=actor_label,
+                                target=f"{target_type}:{target_id}", data=clean)
+            events.append(AuditEvent(
+                org_id=org_id, seq=seq, created_at=now, action=entry["action"], actor_label=actor_label,
+                actor_user_id=getattr(actor, "user_id", None), actor_token_id=getattr(actor, "token_id", None),
+                target_type=target_type, target_id=target_id,
+                target_label=entry.get("target_label") or str(target or "")[:200], data=clean,
+                ip=getattr(actor, "ip", None), prev_hash=head.hash, hash=digest))
+            head.seq, head.hash = seq, digest
+        AuditEvent.objects.bulk_create(events)
+        head.save(update_fields=["seq", "hash"])
+    return events

@@ -306,12 +306,16 @@ def flush(batch: list[CallRecord]) -> None:
             for event in events[-PUBLISH_PER_RUN:]:
                 publish_after_commit(run_group(run_id), "run.event", run_id=str(run_id), seq=event.seq,
                                      type=event.type)
+        by_org: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for record, row in rows:
-            audit.record(org_id=record.org_id, actor=record.actor, action="gateway.tool_call", target=row,
-                         target_label=record.fields.get("qualified_name", "")[:200],
-                         data={"state": record.fields.get("state"), "decision": record.fields.get("decision"),
-                               "rule": record.fields.get("rule", ""), "args_hash": record.fields.get("args_hash"),
-                               "run_id": record.run_id, **record.event_data})
+            by_org[record.org_id].append({
+                "actor": record.actor, "action": "gateway.tool_call", "target": row,
+                "target_label": record.fields.get("qualified_name", "")[:200],
+                "data": {"state": record.fields.get("state"), "decision": record.fields.get("decision"),
+                         "rule": record.fields.get("rule", ""), "args_hash": record.fields.get("args_hash"),
+                         "run_id": record.run_id, **record.event_data}})
+        for org_id, entries in by_org.items():
+            audit.record_many(org_id=org_id, entries=entries)
         sessions = {r.session_pk for r in batch}
         GatewaySession.objects.filter(id__in=sessions).update(last_seen_at=now)
         keys = {r.key_id for r in batch}

@@ -146,6 +146,18 @@ class Pool:
     def call_tool(self, spec: ServerSpec, tool_name: str, arguments: dict[str, Any], timeout: float) -> ToolCallResult:
         return self._run_coroutine(self._call(spec, tool_name, arguments, timeout), spec.timeout_s + timeout + 15)
 
+    async def acall_tool(self, spec: ServerSpec, tool_name: str, arguments: dict[str, Any],
+                         timeout: float) -> ToolCallResult:
+        """`call_tool` for async callers on another event loop (the gateway): no thread blocks on it."""
+        if self._loop is None or not self._loop.is_running():  # start the pool's loop on first use
+            await asyncio.to_thread(self._run_coroutine, asyncio.sleep(0), 5)
+        future = asyncio.run_coroutine_threadsafe(self._call(spec, tool_name, arguments, timeout), self._loop)
+        try:
+            return await asyncio.wait_for(asyncio.wrap_future(future), spec.timeout_s + timeout + 15)
+        except TimeoutError:
+            future.cancel()
+            raise ToolCallTimeout(f"No answer within {timeout:g} s.") from None
+
     async def _session(self, spec: ServerSpec) -> _Session:
         session = self._sessions.get(spec.id)
         if session is not None and (session.dead or session.spec.fingerprint != spec.fingerprint):
