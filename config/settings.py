@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "channels",
     "django_htmx",
+    "ninja",  # serves the API docs' Swagger UI from our static files (no CDN, no inline script)
     "template_partials",
     # Domain apps, in dependency order (ARCHITECTURE.md section 2).
     "apps.core",
@@ -90,6 +91,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "apps.web.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "apps.web.middleware.CurrentOrganizationMiddleware",
     "apps.web.errors.DomainErrorMiddleware",

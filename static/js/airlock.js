@@ -1,4 +1,6 @@
-// Dark mode toggle (Tabler themes via data-bs-theme) and copy buttons. Nothing else lives here.
+// Dark mode toggle (Tabler themes via data-bs-theme), copy buttons, and the small behaviours the
+// CSP keeps out of the markup (no inline handlers): data-confirm on forms, data-autosubmit on
+// selects, data-remove-closest on buttons, data-enter-does-not-submit on inputs.
 (function () {
   const root = document.documentElement;
   const toggle = document.getElementById("theme-toggle");
@@ -9,6 +11,24 @@
       localStorage.setItem("airlock-theme", next);
     });
   }
+  document.addEventListener("submit", function (event) {
+    const form = event.target.closest("form[data-confirm]");
+    if (form && !window.confirm(form.getAttribute("data-confirm"))) event.preventDefault();
+  }, true);
+  document.addEventListener("change", function (event) {
+    if (event.target.matches("select[data-autosubmit]")) event.target.form.submit();
+  });
+  document.addEventListener("keydown", function (event) {
+    if (event.key === "Enter" && event.target.matches("[data-enter-does-not-submit]")) event.preventDefault();
+  });
+  document.addEventListener("click", function (event) {
+    const remover = event.target.closest("[data-remove-closest]");
+    if (remover) {
+      const row = remover.closest(remover.getAttribute("data-remove-closest"));
+      if (row) row.remove();
+      return;
+    }
+  });
   document.addEventListener("click", function (event) {
     const button = event.target.closest("[data-copy]");
     if (!button) return;

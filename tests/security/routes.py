@@ -49,7 +49,7 @@ class Page:
         path = self.route
         for param in self.params:
             path = re.sub(rf"<uuid:{param}>", ids[param], path)
-        return "/" + path
+        return "/" + re.sub(r"<(?:\w+:)?\w+>", "x", path)  # other parameters (slugs, reset tokens): any value
 
 
 def _walk(patterns: list, prefix: str = "") -> Iterator[tuple[str, URLPattern]]:
