@@ -252,7 +252,40 @@ def run_trace(run: Run) -> dict[str, Any]:
                     "tokens_cached": run.tokens_cached, "cost_usd": _dec(run.cost_usd),
                     "cost_unknown_calls": run.cost_unknown_calls, "snapshot": run.snapshot},
             "steps": steps, "tool_calls": calls, "events": events}
-    return mask(body)
+    return mask_values(mask(body), secret_values(run.inputs, *(c["arguments"] for c in calls)))
+
+
+def secret_values(*documents: Any) -> set[str]:
+    """Values that redaction masks by their key (a card number under `card_number`), to mask them again
+    wherever they were copied into text: the prompt that quoted the inputs, a model's message."""
+    found: set[str] = set()
+
+    def walk(original: Any, masked: Any) -> None:
+        if isinstance(original, dict) and isinstance(masked, dict):
+            for key, value in original.items():
+                walk(value, masked.get(key))
+        elif isinstance(original, list) and isinstance(masked, list):
+            for a, b in zip(original, masked, strict=False):
+                walk(a, b)
+        elif original != masked and isinstance(original, str | int) and len(str(original)) >= 4:
+            found.add(str(original))
+
+    for document in documents:
+        walk(document, redact(document))
+    return found
+
+
+def mask_values(value: Any, secrets: set[str]) -> Any:
+    if not secrets:
+        return value
+    if isinstance(value, dict):
+        return {k: mask_values(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask_values(v, secrets) for v in value]
+    if isinstance(value, str):
+        for secret in secrets:
+            value = value.replace(secret, "[redacted]")
+    return value
 
 
 def decided_by(call: ToolCall) -> str:

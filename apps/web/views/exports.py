@@ -67,8 +67,10 @@ def runs_csv(request: HttpRequest) -> StreamingHttpResponse:
         for values in runs.values_list(*RUN_COLUMNS).iterator(chunk_size=CHUNK):
             row = dict(zip(RUN_COLUMNS, values, strict=True))
             row["cost_usd"] = "unknown" if row["cost_usd"] is None else row["cost_usd"]
-            row["inputs"], row["output"] = _json(row["inputs"]), history.mask(row["output"])
-            row["error"] = history.mask(row["error"])
+            secrets = history.secret_values(row["inputs"])  # also where the output quotes them
+            row["output"] = history.mask_values(history.mask(row["output"]), secrets)
+            row["error"] = history.mask_values(history.mask(row["error"]), secrets)
+            row["inputs"] = _json(row["inputs"])
             yield [row[c] for c in RUN_COLUMNS]
 
     return streamed_csv("runs", csv_rows(RUN_COLUMNS, rows()))
