@@ -1,4 +1,5 @@
-"""Tool poisoning scan: local, deterministic, no network.
+"""Tool poisoning and injection scan: local, deterministic, no network. Used on tool definitions
+(at sync) and on tool output (the run engine and the gateway, through scan_text).
 
 Looks at every string of a definition a model may read: the description, the title, and the
 descriptions, titles, enums, defaults and examples inside its schemas. Each rule yields a
@@ -7,6 +8,7 @@ finding with a severity; a high one quarantines the tool (services decide that).
 
 from __future__ import annotations
 
+import base64
 import re
 import unicodedata
 from collections.abc import Iterator
@@ -33,7 +35,35 @@ INSTRUCTION_PATTERNS = [
     r"\b(override|bypass|replace)\s+(the\s+)?(instructions|rules|policy|tool)\b",
     r"\bas\s+an?\s+(ai|assistant|language\s+model)\b.{0,40}\b(must|should)\b",
     r"\bthis\s+is\s+(very\s+)?important\b.{0,60}\b(must|otherwise)\b",
+    # role overrides and chat-template tokens
+    r"(?m)^\s*(system|developer|assistant)\s*:",
+    r"<\|(im_start|im_end|system|begin_of_text|start_header_id|end_header_id|eot_id)\|>|\[/?INST\]|<<\s*/?SYS\s*>>",
+    r"\byou\s+are\s+now\s+(an?\s+)?(unrestricted|jailbroken|dan\b|in\s+\w+\s+mode|the\s+(system|admin))",
+    r"\b(new|updated|additional)\s+(system\s+)?instructions?\s*(:|\n|follow)",
+    r"\bfrom\s+now\s+on\b.{0,60}\b(always|never|approve|ignore|call|you\s+(must|will|should))\b",
+    # a tool call written out for the model to make (the scripted model's obey format, and prose)
+    r"(?m)^\s*CALL\s+[\w-]+\.[\w-]+\s*\{",
+    r"\b(call|invoke|run|use)\s+(the\s+)?`?[\w.-]+`?\s+tool\s+(with|for|on|now)\b",
+    # other languages: ignore previous instructions / do not tell the user / call the tool
+    r"\bignor(a|ar|e|ez|iere|ieren)\s+(todas\s+|toutes\s+|alle\s+)?(las\s+|les\s+)?"
+    r"(instrucciones|instructions|vorherigen|bisherigen|anweisungen)",
+    r"\bno\s+(le\s+)?(digas|digan|informes|menciones)\s+(nada\s+)?(al|a\s+el)\s+usuario",
+    r"\b(llama|usa|ejecuta|invoca)\s+(a\s+)?la\s+herramienta\b",
+    r"\bne\s+(dis|dites)\s+rien\s+(à|a)\s+l'utilisateur",
+    r"игнорир\w*\s+(все\s+)?(предыдущ|прошл)\w*\s+(инструкц|указан|команд)",
+    r"не\s+(говори|сообщай|рассказывай)\w*\s+пользовател",
+    r"(忽略|无视|忽视)(之前|以上|先前|前面|上述)?的?(所有|全部)?(指令|指示|说明|规则)",
+    r"系统提示|不要告诉用户|调用.{0,30}工具",
+    r"(以前|前|上記)の(指示|命令)を(すべて|全て)?無視",
 ]
+# Comments a reader never sees, holding words aimed at a model.
+HIDDEN_COMMENT = re.compile(r"(<!--.*?-->|\[//\]:\s*#\s*\(.*?\))", re.DOTALL)
+COMMENT_IMPERATIVE = re.compile(r"\b(assistant|system|ignore|instruction|call|invoke|must|do\s+not)\b", re.I)
+# Long base64 runs: decoded and scanned again (an instruction a reader cannot see at a glance).
+BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{24,}={0,2}")
+SECRET_ACCESS = re.compile(
+    r"\b(read|cat|open|print|send|include|contents?|upload|paste|copy|show|dump|leak|pass|attach|forward)\b",
+    re.IGNORECASE)
 SECRET_PATTERNS = [
     r"~/\.ssh\b", r"\bid_(rsa|ed25519|ecdsa|dsa)\b", r"(?<![\w/.-])\.env\b", r"\b\.aws/credentials\b",
     r"\bcredentials?\s*(file|\.json)\b", r"/etc/(passwd|shadow)\b", r"\.netrc\b", r"\.git-credentials\b",
@@ -86,18 +116,39 @@ def scan_text(text: str, *, where: str, is_value: bool = False) -> list[Finding]
         names = sorted({f"U+{ord(c):04X}" for c in hidden})
         found.append(Finding("hidden_unicode", Severity.HIGH, where,
                              f"Invisible characters ({', '.join(names[:5])}) can hide text from people."))
-    visible = HIDDEN_CHARS.sub("", text)
+    visible = unicodedata.normalize("NFKC", HIDDEN_CHARS.sub("", text))  # full-width letters read as ASCII
     if any(r.search(visible) for r in _INSTRUCTION_RES):
         found.append(Finding("model_instruction", Severity.HIGH, where,
                              "Contains instructions aimed at the model rather than a description of the tool."))
-    if any(r.search(visible) for r in _SECRET_RES):
-        found.append(Finding("secret_path", Severity.HIGH, where,
+    if any(COMMENT_IMPERATIVE.search(c) for c in HIDDEN_COMMENT.findall(visible)):
+        found.append(Finding("hidden_comment", Severity.HIGH, where,
+                             "A comment that a person reading the text would not see holds words aimed at the model."))
+    if _encoded_instruction(visible):
+        found.append(Finding("encoded_instruction", Severity.HIGH, where,
+                             "Base64-encoded text that decodes to instructions aimed at the model."))
+    secret = next((m for r in _SECRET_RES if (m := r.search(visible))), None)
+    if secret is not None:
+        near = visible[max(0, secret.start() - 80):secret.end() + 80]
+        severity = Severity.HIGH if SECRET_ACCESS.search(near) else Severity.MEDIUM
+        found.append(Finding("secret_path", severity, where,
                              "Refers to secrets or credential files (keys, .env, ~/.ssh, credentials)."))
     found.extend(_url_findings(visible, where))
     if is_value and len(visible) > 80 and len(visible.split()) > 10:
         found.append(Finding("prose_in_value", Severity.MEDIUM, where,
                              "A parameter value (enum/default/example) holds prose; values should be data."))
     return found
+
+
+def _encoded_instruction(text: str) -> bool:
+    for run in BASE64_RUN.findall(text)[:20]:
+        try:
+            decoded = base64.b64decode(run + "=" * (-len(run) % 4), validate=True).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            continue
+        readable = all(c.isprintable() or c.isspace() for c in decoded)
+        if readable and any(r.search(decoded) for r in _INSTRUCTION_RES + _SECRET_RES):
+            return True
+    return False
 
 
 def _url_findings(text: str, where: str) -> list[Finding]:
