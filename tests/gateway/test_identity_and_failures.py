@@ -1,0 +1,118 @@
+"""Who may call: a revoked or missing key is refused (401), another organisation's key sees
+nothing of this one; and a downstream server killed mid-session fails only its own calls."""
+
+from __future__ import annotations
+
+import sys
+
+import httpx2
+import pytest
+
+from apps.accounts.actors import member_actor
+from apps.agents import services as agent_services
+from apps.runs.models import Run, ToolCall
+from tests.gateway.conftest import ROOT, SERVERS, Setup, mcp_client, register_and_pin, wait_until
+from tests.processes import run_async
+
+pytestmark = pytest.mark.django_db(transaction=True)
+INITIALIZE = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+    "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}}}
+
+
+def post(url: str, key: str | None) -> httpx2.Response:
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    return httpx2.post(url, json=INITIALIZE, headers=headers, timeout=30)
+
+
+def test_a_missing_wrong_or_revoked_key_gets_401(gateway_url, setup):
+    created = setup.create_key()
+    assert post(gateway_url, created["value"]).status_code == 200
+    assert post(gateway_url, None).status_code == 401
+    assert post(gateway_url, created["value"][:-2] + "xx").status_code == 401
+    revoked = setup.admin_api.delete(f"/api/v1/gateway-keys/{created['key']['id']}")
+    assert revoked.status_code == 204
+    # keys are re-checked at least every second: the revoked key stops within that
+    assert wait_until(lambda: post(gateway_url, created["value"]).status_code == 401, timeout=10)
+
+    statuses = []
+
+    async def note(response):
+        statuses.append(response.status_code)
+
+    async def connect():
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {created['value']}"},
+                                  event_hooks={"response": [note]})
+        async with Client(streamable_http_client(gateway_url, http_client=http)) as client:
+            await client.list_tools()
+
+    with pytest.raises(BaseException):  # the SDK client cannot connect (it reports 401 as a generic error)
+        run_async(connect())
+    assert statuses and set(statuses) == {401}
+
+
+def test_another_organisations_key_sees_nothing_of_this_one(gateway_url, setup, outsider):
+    owner_key = setup.create_key()["value"]
+    other = member_actor(outsider)
+    connection = agent_services.create_connection(actor=other, name="Scripted", provider="scripted")
+    agent = agent_services.create_agent(actor=other, name="Outsider", connection_id=connection.id, script=[],
+                                        grants=[])
+    from django.test import Client
+
+    from tests.factories import token_for
+
+    other_setup = Setup(outsider.org, other, agent, setup.data,
+                        Client(headers={"Authorization": f"Bearer {token_for(outsider.org, 'admin')}"}), None)
+    other_key = other_setup.create_key(name="Globex host")["value"]
+    # the other org cannot even name this org's agent for its key
+    foreign = other_setup.admin_api.post("/api/v1/gateway-keys", {"name": "x", "agent_id": str(setup.agent.id)},
+                                         content_type="application/json")
+    assert foreign.status_code == 404
+
+    async def scenario():
+        async with mcp_client(gateway_url, other_key) as client:
+            tools = (await client.list_tools()).tools
+            resources = (await client.list_resources()).resources
+            call = await client.call_tool("orders.get_order_status", {"order_id": "A-1001"})
+        async with mcp_client(gateway_url, owner_key) as client:
+            mine = (await client.list_tools()).tools
+        return tools, resources, call, mine
+
+    tools, resources, call, mine = run_async(scenario())
+    assert tools == [] and resources == []
+    assert call.is_error and "not on this agent's allowlist" in call.content[0].text
+    assert len(mine) == 4
+    wait_until(lambda: ToolCall.objects.filter(org_id=outsider.org.id).exists())
+    assert not ToolCall.objects.filter(org_id=setup.org.id).exists()
+    assert not Run.objects.filter(org_id=setup.org.id).exists()
+
+
+def test_a_downstream_server_killed_mid_session_fails_only_its_own_calls(gateway_url, setup):
+    register_and_pin(setup.actor, name="mortal", transport="stdio", trust_tier="internal", command=sys.executable,
+                     args=[str(SERVERS / "mortal.py")], cwd=str(ROOT))
+    agent_services.update_agent(actor=setup.actor, agent_id=setup.agent.id, grants=[
+        {"tool": "orders.get_order_status", "policy": "auto"}, {"tool": "time.get_current_time", "policy": "auto"},
+        {"tool": "mortal.ping", "policy": "auto"}, {"tool": "mortal.die", "policy": "auto"}])
+    key = setup.create_key()["value"]
+
+    async def scenario():
+        async with mcp_client(gateway_url, key, mode="legacy") as client:
+            pong = await client.call_tool("mortal.ping", {})
+            died = await client.call_tool("mortal.die", {})
+            order = await client.call_tool("orders.get_order_status", {"order_id": "A-1002"})
+            now = await client.call_tool("time.get_current_time", {"timezone": "UTC"})
+            again = await client.call_tool("mortal.ping", {})
+            return pong, died, order, now, again
+
+    pong, died, order, now, again = run_async(scenario())
+    assert not pong.is_error and pong.content[0].text.startswith("pong from")
+    assert died.is_error and "closed the connection" in died.content[0].text
+    assert not order.is_error and order.structured_content["status"] == "processing"
+    assert not now.is_error
+    assert not again.is_error and again.content[0].text != pong.content[0].text  # a new server process
+    row = wait_until(lambda: ToolCall.objects.filter(qualified_name="mortal.die").first())
+    assert row.state == "failed" and row.error_class == "transient"
