@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from apps.accounts import selectors
+from apps.costs import selectors as costs
 from apps.web.badges import pending_approvals
 
 
@@ -16,5 +17,6 @@ def airlock(request) -> dict:
         "role": membership.role,
         "memberships": selectors.memberships_of(user_id=request.user.pk),
         "inbox_count": pending_approvals(org_id=membership.org_id),
+        "budget_alerts": costs.recent_alerts(org_id=membership.org_id),
         "signup_enabled": settings.AIRLOCK_ALLOW_SIGNUP,
     }
