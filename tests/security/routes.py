@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any
 
 from django.apps import apps as django_apps
@@ -21,7 +22,9 @@ from apps.accounts.actors import member_actor
 from apps.accounts.models import Membership
 from apps.approvals import services as approvals
 from apps.core.models import TenantModel
+from apps.costs import services as costs
 from apps.crews import services as crews
+from apps.gateway import services as gateway
 from apps.registry.models import McpServer
 from apps.runs import services as runs
 from tests.agents.factories import make_agent, order_desk, scripted_connection
@@ -181,6 +184,13 @@ def populate(org) -> Victim:
         "crew_id": _crew(org, agent),
     }
     ids["run_id"], ids["approval_id"] = _run_and_approval(org, ids["crew_id"], agent, tools["refund_order"])
+    owner_actor = member_actor(owner_of(org))
+    price = costs.set_model_price(actor=owner_actor, model=f"{MARKER}-model", input_per_mtok=Decimal("1"),
+                                  output_per_mtok=Decimal("2"), note=MARKER)
+    budget = costs.set_budget(actor=owner_actor, scope="crew", amount_usd="10", target_id=ids["crew_id"],
+                              target_label=f"{MARKER} crew")
+    key, _raw = gateway.create_key(actor=owner_actor, name=f"{MARKER} key", agent_id=agent.id)
+    ids.update(price_id=str(price.id), budget_id=str(budget.id), key_id=str(key.id))
     return Victim(org=org, owner=owner_of(org), ids=ids)
 
 
