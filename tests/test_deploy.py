@@ -53,6 +53,7 @@ def _command_exists(command: list[str]) -> None:
     program, *args = command
     if program == "uvicorn":
         module, attribute = args[0].split(":")
+        assert args[0] in {"config.asgi:application", "config.gateway:app"}, args[0]
         assert hasattr(importlib.import_module(module), attribute), args[0]
     elif program == "celery":
         assert args[0] == "-A"
@@ -70,12 +71,12 @@ def test_every_compose_service_runs_a_command_that_exists():
     services = compose["services"]
     assert {"postgres", "redis", "web", "worker", "beat"} <= set(services)
     built = {name: s for name, s in services.items() if s.get("build")}
-    assert {"web", "worker", "beat", "migrate"} <= set(built)
+    assert {"web", "worker", "beat", "migrate", "gateway"} <= set(built)
     for name, service in built.items():
         _command_exists(service["command"])
         env = service["environment"]
         assert env["DATABASE_URL"].startswith("postgres://"), name
         assert env["REDIS_URL"].startswith("redis://"), name
-    for name in ("postgres", "redis", "web"):
+    for name in ("postgres", "redis", "web", "gateway"):
         assert "healthcheck" in services[name], name
     assert (ROOT / "Dockerfile").exists()

@@ -1,4 +1,4 @@
-"""Run web + worker + beat together: the laptop way to start Airlock.
+"""Run web + worker + beat + the MCP gateway together: the laptop way to start Airlock.
 
 Each child gets its own process group, so Ctrl-C reaches only this launcher, which then sends
 one SIGTERM to each child (a Celery worker finishes or requeues its task), waits a grace
@@ -31,14 +31,16 @@ def _child_setup() -> None:
 
 
 class Command(BaseCommand):
-    help = "Start the web server, a Celery worker and Celery beat together; Ctrl-C stops all three."
+    help = ("Start the web server, a Celery worker, Celery beat and the MCP gateway together; "
+            "Ctrl-C stops them all.")
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--gateway-port", type=int, default=8001, help="the MCP gateway (endpoint /mcp)")
         parser.add_argument("--concurrency", type=int, default=2)
 
-    def handle(self, *args, host, port, concurrency, **options):
+    def handle(self, *args, host, port, gateway_port, concurrency, **options):
         python = sys.executable
         commands = {
             "web": [python, "-m", "uvicorn", "config.asgi:application", "--host", host, "--port", str(port),
@@ -47,9 +49,13 @@ class Command(BaseCommand):
                        "--concurrency", str(concurrency)],
             "beat": [python, "-m", "celery", "-A", "config", "beat", "-l", "info",
                      "-s", settings.CELERY_BEAT_SCHEDULE_FILENAME],
+            "gateway": [python, "-m", "uvicorn", "config.gateway:app", "--host", host, "--port", str(gateway_port),
+                        "--no-access-log"],
         }
         children = {name: subprocess.Popen(argv, preexec_fn=_child_setup) for name, argv in commands.items()}
         self.stdout.write(self.style.SUCCESS(f"Airlock is starting on http://{host}:{port}/ (Ctrl-C stops it)"))
+        self.stdout.write(f"MCP gateway for outside hosts: http://{host}:{gateway_port}/mcp "
+                          "(keys: Settings → MCP gateway)")
         stopping = False
 
         def stop(signum, frame):
