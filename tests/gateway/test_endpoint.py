@@ -44,3 +44,7 @@ def test_list_shows_exactly_the_allowed_tools_and_reads_reach_both_servers(gatew
                                                           ("time.get_current_time", "succeeded")]
     assert all(r.dispatched_at and r.finished_at for r in rows)
     assert AuditEvent.objects.filter(org=setup.org, action="gateway.tool_call").count() == 2
+    listed = setup.admin_api.get("/api/v1/runs").json()["items"]
+    assert [(r["id"], r["status"], float(r["cost_usd"])) for r in listed] == [(str(run.id), "running", 0.0)]
+    events = [e["type"] for e in setup.admin_api.get(f"/api/v1/runs/{run.id}/events").json()]
+    assert events[0] == "run.started" and events.count("tool.completed") == 2

@@ -116,3 +116,48 @@ def test_a_downstream_server_killed_mid_session_fails_only_its_own_calls(gateway
     assert not again.is_error and again.content[0].text != pong.content[0].text  # a new server process
     row = wait_until(lambda: ToolCall.objects.filter(qualified_name="mortal.die").first())
     assert row.state == "failed" and row.error_class == "transient"
+
+
+def test_a_foreign_host_or_origin_gets_421_and_an_oversized_body_413(gateway_url, setup):
+    key = setup.create_key()["value"]
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+               "Authorization": f"Bearer {key}"}
+    rebound = httpx2.post(gateway_url, json=INITIALIZE, headers={**headers, "Host": "evil.example"}, timeout=30)
+    assert rebound.status_code == 421
+    cross = httpx2.post(gateway_url, json=INITIALIZE, headers={**headers, "Origin": "https://evil.example"},
+                        timeout=30)
+    assert cross.status_code in (403, 421)
+    huge = {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "orders.get_order_status", "arguments": {"order_id": "x" * (2 * 1024 * 1024)}}}
+    for version in ("2026-07-28", None):
+        extra = {"MCP-Protocol-Version": version} if version else {}
+        too_big = httpx2.post(gateway_url, json=huge, headers={**headers, **extra}, timeout=30)
+        assert too_big.status_code == 413, (version, too_big.status_code)
+
+
+def test_resources_and_prompts_of_allowed_servers_are_served(gateway_url, setup):
+    from tests.gateway.conftest import TEST_MCP
+
+    node_bin = TEST_MCP / "node" / "node_modules" / ".bin"
+    register_and_pin(setup.actor, name="everything", transport="stdio", trust_tier="official", command="node",
+                     args=[str(node_bin / "mcp-server-everything"), "stdio"])
+    agent_services.update_agent(actor=setup.actor, agent_id=setup.agent.id, grants=[
+        {"tool": "everything.echo", "policy": "auto"}])
+    key = setup.create_key()["value"]
+
+    async def scenario():
+        async with mcp_client(gateway_url, key, mode="legacy") as client:
+            tools = [t.name for t in (await client.list_tools()).tools]
+            resources = (await client.list_resources()).resources
+            read = await client.read_resource(str(resources[0].uri))
+            prompts = (await client.list_prompts()).prompts
+            simple = next(p for p in prompts if p.name == "everything.simple-prompt")
+            prompt = await client.get_prompt(simple.name)
+            echo = await client.call_tool("everything.echo", {"message": "hello gateway"})
+            return tools, resources, read, prompts, prompt, echo
+
+    tools, resources, read, prompts, prompt, echo = run_async(scenario())
+    assert tools == ["everything.echo"]
+    assert resources and read.contents
+    assert all(p.name.startswith("everything.") for p in prompts) and prompt.messages
+    assert not echo.is_error and "hello gateway" in echo.content[0].text
