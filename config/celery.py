@@ -53,6 +53,9 @@ app.conf.update(
         "prune-broadcasts": {"task": "apps.core.tasks.prune_broadcasts", "schedule": 60.0},
         "registry-sync-stale-servers": {"task": "apps.registry.tasks.sync_stale_servers", "schedule": 300.0},
         "runs-sweep-stuck": {"task": "apps.runs.tasks.sweep_stuck_runs", "schedule": 30.0},
+        "runs-expire-approvals": {"task": "apps.runs.tasks.expire_approvals", "schedule": 60.0},
+        "notifications-retry-deliveries": {"task": "apps.notifications.tasks.retry_due_deliveries",
+                                           "schedule": 30.0},
     },
 )
 app.autodiscover_tasks()

@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "apps.core",
     "apps.audit",
     "apps.accounts",
+    "apps.notifications",
     "apps.costs",
     "apps.registry",
     "apps.agents",

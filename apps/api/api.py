@@ -19,8 +19,10 @@ from apps.api.routers import (
     members,
     runs,
     servers,
+    standing_approvals,
     tokens,
     tools,
+    webhooks,
 )
 
 api = NinjaAPI(
@@ -44,5 +46,7 @@ api.add_router("/servers", servers.router)
 api.add_router("/tools", tools.router)
 api.add_router("/runs", runs.router)
 api.add_router("/approvals", approvals.router)
+api.add_router("/standing-approvals", standing_approvals.router)
+api.add_router("/webhooks", webhooks.router)
 api.add_router("/gateway-keys", gateway_keys.router)
 api.add_router("/costs", costs.router)

@@ -90,3 +90,52 @@ class ApprovalVote(TenantModel):
 
     def __str__(self) -> str:
         return f"{self.actor_label}: {self.decision}"
+
+
+class StandingScope(models.TextChoices):
+    RUN = "run", "The rest of this run"
+    AGENT_TOOL = "agent_tool", "This agent and tool, when the arguments match, for a while"
+
+
+class StandingApproval(TenantModel):
+    """A person's decision that covers later calls too (never for `dangerous` tools).
+
+    `run`: the same agent and tool for the rest of one run. `agent_tool`: the agent and tool,
+    when `condition` (the safe condition language; empty: any arguments) is true, until
+    `expires_at`. Lifts only the grant's own holds (apps.agents.policy): never the dangerous,
+    third-party-write or tainted-run rules.
+    """
+
+    scope = models.CharField(max_length=12, choices=StandingScope.choices)
+    run_id = models.UUIDField(null=True, blank=True)
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="+")
+    tool = models.ForeignKey("registry.Tool", on_delete=models.CASCADE, related_name="+")
+    condition = models.CharField(max_length=500, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    source = models.ForeignKey(ApprovalRequest, on_delete=models.SET_NULL, null=True, blank=True, related_name="+")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True,
+                                   related_name="+")
+    created_by_label = models.CharField(max_length=200)
+    hits = models.PositiveIntegerField(default=0)
+    last_hit_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    revoked_by_label = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["org", "agent", "tool"], name="standing_agent_tool")]
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.get_scope_display()}: {self.tool_id}"
+
+
+class StandingApprovalHit(TenantModel):
+    """One call a standing approval allowed without asking (which approval, which run and call)."""
+
+    standing = models.ForeignKey(StandingApproval, on_delete=models.CASCADE, related_name="hit_rows")
+    run_id = models.UUIDField(null=True, blank=True)
+    tool_call_id = models.UUIDField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["standing", "tool_call_id"], name="standing_hit_once")]
+        ordering = ["-created_at"]

@@ -11,11 +11,25 @@ from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.core.errors import NotFound
 
 
-def org_approvals(*, org_id: UUID | str, status: str | None = None) -> QuerySet[ApprovalRequest]:
-    """Newest first; `status` one of pending/approved/rejected/expired (None: all)."""
-    requests = ApprovalRequest.objects.filter(org_id=org_id).select_related("agent", "tool__server", "decided_by")
+def org_approvals(*, org_id: UUID | str, status: str | None = None, crew_id: UUID | str | None = None,
+                  agent_id: UUID | str | None = None, server_id: UUID | str | None = None, risk: str | None = None,
+                  kind: str | None = None) -> QuerySet[ApprovalRequest]:
+    """Newest first; `status` one of pending/approved/rejected/expired (None: all); the other
+    filters narrow by the run's crew, the agent, the tool's server, the risk class and the kind."""
+    requests = (ApprovalRequest.objects.filter(org_id=org_id).select_related("agent", "tool__server", "decided_by")
+                .prefetch_related("votes"))
     if status:
         requests = requests.filter(status=status)
+    if crew_id:
+        requests = requests.filter(context__crew_id=str(crew_id))
+    if agent_id:
+        requests = requests.filter(agent_id=agent_id)
+    if server_id:
+        requests = requests.filter(tool__server_id=server_id)
+    if risk:
+        requests = requests.filter(risk=risk)
+    if kind:
+        requests = requests.filter(kind=kind)
     return requests.order_by("-created_at")
 
 

@@ -15,11 +15,12 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from apps.accounts.actors import Actor
-from apps.approvals import selectors
+from apps.approvals import selectors, standing
 from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, ApprovalVote, VoteDecision
 from apps.audit import services as audit
-from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
-from apps.core.realtime import org_group, publish
+from apps.core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
+from apps.core.realtime import org_group, publish, publish_after_commit
+from apps.notifications.services import notify
 
 
 def open_request(*, org_id: UUID | str, run_id: UUID | str | None, tool_call_id: UUID | str | None,
@@ -34,7 +35,23 @@ def open_request(*, org_id: UUID | str, run_id: UUID | str | None, tool_call_id:
         reason=reason[:500], rule=rule[:40], context=context, expires_at=expires_at,
         requested_by_user_id=requested_by_user_id, required_approvals=max(1, required_approvals))
     publish_inbox_count(org_id=org_id)
+    publish_item(request)
+    notify(org_id=org_id, event="approval.requested", payload=notification_payload(request))
     return request
+
+
+def publish_item(request: ApprovalRequest) -> None:
+    """Every open inbox adds, refreshes or removes this item (with who decided) after commit."""
+    publish_after_commit(org_group(request.org_id), "inbox.changed", approval_id=str(request.id),
+                         status=request.status, by=request.decided_by_label)
+
+
+def notification_payload(request: ApprovalRequest) -> dict[str, Any]:
+    return {"approval_id": str(request.id), "kind": request.kind, "status": request.status, "title": request.title,
+            "run_id": str(request.run_id) if request.run_id else None, "risk": request.risk, "reason": request.reason,
+            "tool": request.tool.qualified_name if request.tool_id and request.tool else None,
+            "decided_by": request.decided_by_label, "comment": request.comment,
+            "expires_at": request.expires_at.isoformat() if request.expires_at else None}
 
 
 def publish_inbox_count(*, org_id: UUID | str) -> None:
@@ -45,23 +62,36 @@ def _publish_count(org_id: UUID | str) -> None:
     publish(org_group(org_id), "inbox.count", count=selectors.pending_count(org_id=org_id))
 
 
+def already_decided(request: ApprovalRequest) -> str:
+    """ "This request was already approved by ana@example.com at 2026-05-01 14:03 UTC." """
+    who = f" by {request.decided_by_label}" if request.decided_by_label else ""
+    when = (f" at {timezone.localtime(request.decided_at).strftime('%Y-%m-%d %H:%M %Z')}"
+            if request.decided_at else "")
+    return f"This request was already {request.status}{who}{when}."
+
+
 def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, comment: str = "",
-                arguments: dict[str, Any] | None = None, approved_args_hash: str = "") -> ApprovalRequest:
+                arguments: dict[str, Any] | None = None, approved_args_hash: str = "",
+                standing_choice: dict[str, Any] | None = None) -> ApprovalRequest:
     """Adds one person's vote; decides the request when enough approvals are in or anyone rejects.
 
     Must run inside the caller's transaction with `request` locked (select_for_update).
+    `standing_choice` ({"scope": "call"/"run"/"agent_tool", "condition", "hours"}) also creates a
+    standing approval when the request ends approved (never for dangerous tools).
     Raises PermissionDenied (role, separation of duties), Conflict (already decided, voted twice),
-    ValidationFailed (bad decision).
+    ValidationFailed (bad decision, bad standing choice).
     """
     actor.require("approvals.decide")
     if decision not in VoteDecision.values:
         raise ValidationFailed("Choose approve or reject.", {"decision": "Choose approve or reject."})
     if request.status != ApprovalStatus.PENDING:
-        who = f" by {request.decided_by_label}" if request.decided_by_label else ""
-        raise Conflict(f"This request was already {request.status}{who}.")
+        raise Conflict(already_decided(request))
     if (decision == VoteDecision.APPROVE and request.risk == "dangerous" and actor.user_id is not None
             and actor.user_id == request.requested_by_user_id):
         raise PermissionDenied("You started this run, and the tool is dangerous: someone else must approve it.")
+    chosen = standing.clean_standing(request, standing_choice) if decision == VoteDecision.APPROVE else None
+    if request.votes.filter(actor_label=actor.label).exists():
+        raise Conflict("You already voted on this request.")
     try:
         with transaction.atomic():
             ApprovalVote.objects.create(org_id=request.org_id, request=request, user_id=actor.user_id,
@@ -85,8 +115,15 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
     request.save(update_fields=sorted(set(fields)))
     audit.record(org_id=request.org_id, actor=actor, action=f"approval.{decision}", target=request,
                  target_label=request.title, data={"status": request.status, "comment": comment,
-                                                   "edited": arguments is not None})
+                                                   "edited": arguments is not None,
+                                                   "votes": request.votes.count(),
+                                                   "required": request.required_approvals})
+    if chosen and request.status == ApprovalStatus.APPROVED:
+        standing.create_standing(actor=actor, request=request, **chosen)
     publish_inbox_count(org_id=request.org_id)
+    publish_item(request)
+    if request.status != ApprovalStatus.PENDING:
+        notify(org_id=request.org_id, event="approval.decided", payload=notification_payload(request))
     return request
 
 
@@ -99,4 +136,80 @@ def expire_request(*, request: ApprovalRequest) -> ApprovalRequest:
     audit.record(org_id=request.org_id, actor=None, action="approval.expired", target=request,
                  target_label=request.title)
     publish_inbox_count(org_id=request.org_id)
+    publish_item(request)
+    notify(org_id=request.org_id, event="approval.decided", payload=notification_payload(request))
+    return request
+
+
+# --- tool definition changes ---------------------------------------------------------------------
+
+def open_definition_change(*, tool: Any) -> ApprovalRequest | None:
+    """An inbox item for admins when the registry quarantines a tool whose definition drifted from
+    its pin (one pending item per tool and definition hash). Joins the registry's transaction."""
+    if ApprovalRequest.objects.filter(org_id=tool.org_id, kind=ApprovalKind.DEFINITION_CHANGE, tool_id=tool.id,
+                                      status=ApprovalStatus.PENDING, definition_hash=tool.definition_hash).exists():
+        return None
+    from apps.registry.definitions import definition_diff
+
+    ApprovalRequest.objects.filter(org_id=tool.org_id, kind=ApprovalKind.DEFINITION_CHANGE, tool_id=tool.id,
+                                   status=ApprovalStatus.PENDING).update(
+        status=ApprovalStatus.EXPIRED, decided_at=timezone.now(), decided_by_label="a newer definition")
+    request = open_request(
+        org_id=tool.org_id, run_id=None, tool_call_id=None, agent_id=None, tool_id=tool.id,
+        kind=ApprovalKind.DEFINITION_CHANGE,
+        title=f"{tool.qualified_name} changed its definition", arguments={}, args_hash="",
+        definition_hash=tool.definition_hash, risk=tool.risk, reason=tool.state_reason or "The definition changed.",
+        rule="definition_changed",
+        context={"diff": definition_diff(tool.pinned_definition, tool.definition), "description": tool.description,
+                 "pinned_hash": tool.pinned_hash, "findings": tool.findings},
+        expires_at=None, requested_by_user_id=None)
+    return request
+
+
+def close_definition_changes(*, tool: Any) -> None:
+    """The tool was pinned elsewhere (its page, the API): its pending item is settled."""
+    for request in ApprovalRequest.objects.filter(org_id=tool.org_id, kind=ApprovalKind.DEFINITION_CHANGE,
+                                                  tool_id=tool.id, status=ApprovalStatus.PENDING):
+        approved = request.definition_hash == tool.definition_hash
+        request.status = ApprovalStatus.APPROVED if approved else ApprovalStatus.EXPIRED
+        request.decided_at, request.decided_by_label = timezone.now(), (tool.pinned_by or "pinned")[:200]
+        request.save(update_fields=["status", "decided_at", "decided_by_label", "updated_at"])
+        publish_inbox_count(org_id=request.org_id)
+        publish_item(request)
+
+
+def decide_definition_change(*, actor: Actor, approval_id: UUID | str, decision: str,
+                             comment: str = "") -> ApprovalRequest:
+    """Approve pins the tool's current definition (lifting the quarantine); reject keeps it quarantined.
+    Admins and owners only. Raises Conflict (decided, or the definition changed again), NotFound."""
+    from apps.registry import services as registry
+
+    actor.require("servers.manage")
+    if decision not in VoteDecision.values:
+        raise ValidationFailed("Choose approve or reject.", {"decision": "Choose approve or reject."})
+    with transaction.atomic():
+        request = ApprovalRequest.objects.select_for_update().filter(
+            org_id=actor.org_id, id=approval_id, kind=ApprovalKind.DEFINITION_CHANGE).first()
+        if request is None:
+            raise NotFound("No such approval request.")
+        if request.status != ApprovalStatus.PENDING:
+            raise Conflict(already_decided(request))
+        if decision == VoteDecision.APPROVE:
+            if request.tool is None or request.tool.definition_hash != request.definition_hash:
+                raise Conflict("The tool's definition changed again since this item was opened; review the new one.")
+            registry.pin_tool(actor=actor, tool_id=request.tool_id)
+            request.refresh_from_db()
+        ApprovalVote.objects.create(org_id=request.org_id, request=request, user_id=actor.user_id,
+                                    actor_label=actor.label, decision=decision, comment=comment)
+        request.status = ApprovalStatus.APPROVED if decision == VoteDecision.APPROVE else ApprovalStatus.REJECTED
+        request.decided_at, request.decided_by_id, request.decided_by_label = timezone.now(), actor.user_id, actor.label
+        request.comment = comment
+        request.save(update_fields=["status", "decided_at", "decided_by", "decided_by_label", "comment",
+                                    "updated_at"])
+        audit.record(org_id=request.org_id, actor=actor, action=f"definition_change.{decision}", target=request,
+                     target_label=request.title, data={"definition_hash": request.definition_hash,
+                                                       "comment": comment})
+        publish_inbox_count(org_id=request.org_id)
+        publish_item(request)
+        notify(org_id=request.org_id, event="approval.decided", payload=notification_payload(request))
     return request

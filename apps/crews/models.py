@@ -27,6 +27,10 @@ class Crew(TenantModel):
     timeout_s = models.PositiveIntegerField(default=900)
     token_budget = models.PositiveIntegerField(null=True, blank=True)
     budget_usd = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
+    # Held tool calls: how many different people must approve (M of N; any rejection rejects),
+    # and how long a request waits before it expires with its default outcome (reject).
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    approval_ttl_hours = models.PositiveIntegerField(default=24)
     enabled = models.BooleanField(default=True)
     version = models.PositiveIntegerField(default=1)
 

@@ -18,8 +18,10 @@ from apps.crews import selectors, validation
 from apps.crews.models import Crew, CrewMember, CrewTask, CrewVersion, Process
 
 CREW_FIELDS = ("name", "description", "process", "supervisor_agent_id", "tasks", "members", "routing_rules",
-               "inputs", "max_hops", "max_tool_calls", "timeout_s", "token_budget", "budget_usd")
-LIMITS = {"max_hops": (1, 100, 6), "max_tool_calls": (1, 1000, 50), "timeout_s": (10, 86400, 900)}
+               "inputs", "max_hops", "max_tool_calls", "timeout_s", "token_budget", "budget_usd", "approvals_required",
+               "approval_ttl_hours")
+LIMITS = {"max_hops": (1, 100, 6), "max_tool_calls": (1, 1000, 50), "timeout_s": (10, 86400, 900),
+          "approvals_required": (1, 10, 1), "approval_ttl_hours": (1, 720, 24)}
 
 
 def _agent(org_id: UUID, ref: Any) -> Agent | None:
@@ -179,6 +181,7 @@ def _current_values(crew: Crew) -> dict[str, Any]:
                   for t in crew.tasks.all()],
         "max_hops": crew.max_hops, "max_tool_calls": crew.max_tool_calls, "timeout_s": crew.timeout_s,
         "token_budget": crew.token_budget, "budget_usd": crew.budget_usd,
+        "approvals_required": crew.approvals_required, "approval_ttl_hours": crew.approval_ttl_hours,
     }
 
 

@@ -203,30 +203,70 @@ def _get(actor: Actor, run_id: UUID | str) -> Run:
 # --- decide and resume ---------------------------------------------------------------------------
 
 def decide_approval(*, actor: Actor, approval_id: UUID | str, decision: str, arguments: dict[str, Any] | None = None,
-                    comment: str = "") -> ApprovalRequest:
+                    comment: str = "", standing: dict[str, Any] | None = None,
+                    expected_args_hash: str = "") -> ApprovalRequest:
     """Records a person's decision on a held call and, when the run has nothing else pending, resumes it.
 
     Edited `arguments` are checked against the tool's input schema (field errors `arguments.<path>`).
+    `expected_args_hash` (the hash of the arguments the person saw) refuses a decision made on
+    arguments another approver has since edited.
+    `standing` ({"scope": "call"/"run"/"agent_tool", "condition", "hours"}) also approves later calls
+    (apps.approvals.standing). A tool-definition item is pinned or kept quarantined instead.
     Raises Conflict when already decided (HTTP 409), PermissionDenied, ValidationFailed, NotFound.
     """
     actor.require("approvals.decide")
+    kind = ApprovalRequest.objects.filter(org_id=actor.org_id, id=approval_id).values_list("kind", flat=True).first()
+    if kind == ApprovalKind.DEFINITION_CHANGE:
+        return approvals.decide_definition_change(actor=actor, approval_id=approval_id, decision=decision,
+                                                  comment=comment)
     with transaction.atomic():
         request = (ApprovalRequest.objects.select_for_update().filter(org_id=actor.org_id, id=approval_id).first())
         if request is None:
             raise NotFound("No such approval request.")
+        if expected_args_hash and expected_args_hash != (request.approved_args_hash or request.args_hash):
+            raise Conflict("The arguments changed since you looked (another approver edited them): "
+                           "review them again.")
         run = Run.objects.select_for_update().filter(id=request.run_id).first() if request.run_id else None
         edited = None
         if arguments is not None and decision == "approve" and args_hash(arguments) != request.args_hash:
             _check_arguments(request, arguments)
             edited = arguments
         request = approvals.record_vote(actor=actor, request=request, decision=decision, comment=comment,
-                                        arguments=edited, approved_args_hash=args_hash(edited) if edited else "")
-        if run is None or request.kind != ApprovalKind.TOOL_CALL or request.status == ApprovalStatus.PENDING:
+                                        arguments=edited, approved_args_hash=args_hash(edited) if edited else "",
+                                        standing_choice=standing)
+        if run is None or request.kind != ApprovalKind.TOOL_CALL:
+            return request
+        if request.status == ApprovalStatus.PENDING:  # M of N: more approvals needed
+            append_event(run.id, "approval.voted", approval_id=str(request.id), decision=decision, by=actor.label,
+                         votes=request.votes.count(), required=request.required_approvals)
             return request
         append_event(run.id, "approval.decided", approval_id=str(request.id), tool_call_id=str(request.tool_call_id),
                      decision=request.status, by=actor.label, comment=comment[:500], edited=edited is not None)
         _resume_if_ready(run)
     return request
+
+
+def expire_due_approvals() -> int:
+    """Beat: pending requests past `expires_at` take their default outcome (reject, as `expired`);
+    each run with nothing else pending resumes and its model hears the call was not approved in time.
+    Returns how many expired."""
+    due = list(ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING, expires_at__lte=timezone.now())
+               .values_list("id", flat=True)[:500])
+    expired = 0
+    for approval_id in due:
+        with transaction.atomic():
+            request = ApprovalRequest.objects.select_for_update().filter(
+                id=approval_id, status=ApprovalStatus.PENDING).first()
+            if request is None:
+                continue
+            run = Run.objects.select_for_update().filter(id=request.run_id).first() if request.run_id else None
+            approvals.expire_request(request=request)
+            expired += 1
+            if run is not None and request.kind == ApprovalKind.TOOL_CALL and not run.is_finished:
+                append_event(run.id, "approval.decided", approval_id=str(request.id),
+                             tool_call_id=str(request.tool_call_id), decision=request.status, by="expiry")
+                _resume_if_ready(run)
+    return expired
 
 
 def _check_arguments(request: ApprovalRequest, arguments: Any) -> None:

@@ -20,9 +20,11 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelRe
 from apps.agents.models import LlmConnection
 from apps.agents.providers import ConnectionSpec
 from apps.approvals import services as approvals
+from apps.approvals import standing
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
 from apps.costs import services as costs
+from apps.notifications.services import notify
 from apps.registry.models import Tool
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.events import append_event, publish_status
@@ -94,6 +96,10 @@ class RunStore:
                 approvals.expire_request(request=request)
             append_event(run.id, "run.finished", status=status, error=error[:500], error_class=error_class)
             publish_status(run)
+            notify(org_id=run.org_id, event="run.finished",
+                   payload={"run_id": str(run.id), "crew": run.crew_name, "status": status, "error": error[:500],
+                            "error_class": error_class, "output": output[:2000],
+                            "cost_usd": None if run.cost_usd is None else str(run.cost_usd)})
         self.run = run
 
     def wait(self, reason: str) -> bool:
@@ -247,6 +253,9 @@ class RunStore:
     def hold_call(self, row: ToolCall, *, rule: str, reason: str, tool: dict[str, Any] | None, turn: RunStep,
                   required_approvals: int = 1) -> ApprovalRequest:
         """`proposed -> held` and an approval request, in one transaction."""
+        crew = self.run.snapshot.get("crew", {})
+        ttl = timedelta(hours=crew["approval_ttl_hours"]) if crew.get("approval_ttl_hours") else APPROVAL_TTL
+        required_approvals = max(required_approvals, int(crew.get("approvals_required") or 1))
         with transaction.atomic():
             request = approvals.open_request(
                 org_id=self.run.org_id, run_id=self.run_id, tool_call_id=row.id, agent_id=turn.agent_id,
@@ -254,8 +263,10 @@ class RunStore:
                 arguments=row.arguments, args_hash=row.args_hash, definition_hash=row.definition_hash,
                 risk=(tool or {}).get("risk", ""), reason=reason, rule=rule,
                 context={"task": turn.task, "agent": turn.agent_name, "crew": self.run.crew_name,
+                         "crew_id": str(self.run.crew_id) if self.run.crew_id else None,
+                         "server": (tool or {}).get("server", ""), "trust_tier": (tool or {}).get("trust_tier", ""),
                          "description": (tool or {}).get("description", ""), "tainted": self.run.tainted},
-                expires_at=timezone.now() + APPROVAL_TTL, requested_by_user_id=self.run.started_by_id,
+                expires_at=timezone.now() + ttl, requested_by_user_id=self.run.started_by_id,
                 required_approvals=required_approvals)
             self.set_call(row, expect=CallState.PROPOSED, state=CallState.HELD, decision="hold", rule=rule,
                           reason=reason, approval=request, decided_at=timezone.now(), event="tool.decided",
@@ -263,6 +274,18 @@ class RunStore:
             self.event("approval.requested", approval_id=str(request.id), tool_call_id=str(row.id),
                        tool=row.qualified_name, reason=reason)
         return request
+
+    def standing_approval(self, *, agent: dict[str, Any], tool: dict[str, Any] | None,
+                          arguments: dict[str, Any] | None) -> str | None:
+        """The id of a person's standing approval covering this call (policy input), or None."""
+        match = standing.matching_standing(org_id=self.run.org_id, run_id=self.run_id, agent_id=agent.get("id"),
+                                           tool_id=(tool or {}).get("id"), risk=(tool or {}).get("risk", ""),
+                                           arguments=arguments)
+        return str(match.id) if match else None
+
+    def record_standing_hit(self, standing_id: str, row: ToolCall) -> str:
+        """Counts the hit; returns the standing approval's label for the call's reason."""
+        return standing.record_hit(standing_id=standing_id, run_id=self.run_id, tool_call_id=row.id)
 
     def approval(self, row: ToolCall) -> ApprovalRequest | None:
         return ApprovalRequest.objects.filter(id=row.approval_id).first() if row.approval_id else None

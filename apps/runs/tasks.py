@@ -20,3 +20,8 @@ def resume_run(run_id: str) -> str:
 @shared_task
 def sweep_stuck_runs() -> int:
     return services.sweep_stuck_runs()
+
+
+@shared_task
+def expire_approvals() -> int:
+    return services.expire_due_approvals()

@@ -6,15 +6,20 @@ the same partial the page renders and sends it for htmx to swap out-of-band.
 
 from __future__ import annotations
 
+import json
+from urllib.parse import parse_qs
+
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from apps.accounts import selectors
+from apps.accounts.actors import member_actor
 from apps.core.realtime import org_group, run_group
 from apps.web.badges import pending_approvals
 
 FORBIDDEN = 4403
+REPLAY_BATCH = 500
 
 # event name -> the partial that renders it
 PARTIALS = {
@@ -61,13 +66,13 @@ class OrgConsumer(AsyncWebsocketConsumer):
         await self.send(text_data=render_to_string(template, context))
 
 
-def _run_partials(run_id: str, org_id) -> str:
+def _run_partials(run_id: str, org_id, actor=None) -> str:
     """The run page's header and step tree, rendered as the page renders them, for an out-of-band swap."""
     from apps.runs import selectors as runs
     from apps.web.views.runs import run_context
 
     run = runs.get_run(org_id=org_id, run_id=run_id)
-    context = {**run_context(run), "oob": True}
+    context = {**run_context(run, actor), "oob": True}
     return (render_to_string("web/runs/_header.html", context) + render_to_string("web/runs/_tree.html", context))
 
 
@@ -79,16 +84,23 @@ def _run_access(user_id: int, run_id: str):
     return selectors.membership_for(user_id=user_id, org_id=org_id) if org_id else None
 
 
-def _events_after(run_id: str, after: int) -> int:
+def _events_after(run_id: str, after: int, limit: int = REPLAY_BATCH) -> list[dict]:
+    """The run's events after `after`, in seq order: the table is the truth, the layer only nudges."""
     from apps.runs.models import RunEvent
 
-    latest = RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("-seq").values_list("seq", flat=True)
-    return latest.first() or after
+    rows = RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit]
+    return [{"seq": e.seq, "type": e.type, "data": e.data, "at": e.at.isoformat() if e.at else None} for e in rows]
+
+
+def _query(scope) -> dict[str, str]:
+    return {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
 
 
 class RunConsumer(AsyncWebsocketConsumer):
-    """One run's page: replays what happened after the client's last seen event (from the table), then
-    forwards each new event as the refreshed header and step tree."""
+    """One run's page. On connect, and on every nudge, sends each event after the last one this
+    socket sent (read from the table, in seq order, as JSON frames), then the refreshed header and
+    step tree once. The client's `last_seq` makes reloads and reconnects lose nothing; dropped or
+    coalesced layer messages lose nothing either, because every nudge reads the table."""
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -101,16 +113,14 @@ class RunConsumer(AsyncWebsocketConsumer):
             await self.close(code=FORBIDDEN)
             return
         self.org_id = membership.org_id
+        self.actor = member_actor(membership)
         self.group = run_group(self.run_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
-        query = dict(p.split("=", 1) for p in self.scope.get("query_string", b"").decode().split("&") if "=" in p)
         try:
-            self.last_seq = int(query.get("last_seq", 0))
+            self.last_seq = max(0, int(_query(self.scope).get("last_seq", 0)))
         except ValueError:
             self.last_seq = 0
-        latest = await database_sync_to_async(_events_after)(self.run_id, self.last_seq)
-        if latest > self.last_seq:  # missed while disconnected: catch up from the table
-            await self._send_page(latest)
+        await self._catch_up()
 
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):
@@ -122,9 +132,144 @@ class RunConsumer(AsyncWebsocketConsumer):
     async def realtime_event(self, message: dict) -> None:
         seq = int(message["data"].get("seq") or 0)
         if message["event"] == "run.event" and seq > self.last_seq:
-            await self._send_page(seq)
+            await self._catch_up()
 
-    async def _send_page(self, seq: int) -> None:
-        self.last_seq = max(self.last_seq, seq)
-        html = await database_sync_to_async(_run_partials)(self.run_id, self.org_id)
-        await self.send(text_data=html)
+    async def _catch_up(self) -> None:
+        sent = False
+        while True:
+            events = await database_sync_to_async(_events_after)(self.run_id, self.last_seq)
+            for event in events:
+                await self.send(text_data=json.dumps(event, default=str))
+                self.last_seq = event["seq"]
+                sent = True
+            if len(events) < REPLAY_BATCH:
+                break
+        if sent:
+            html = await database_sync_to_async(_run_partials)(self.run_id, self.org_id, self.actor)
+            await self.send(text_data=html)
+
+
+# --- the inbox and the run list ----------------------------------------------------------------------
+
+def _membership(user, org_id):
+    if user is None or not user.is_authenticated:
+        return None
+    return selectors.membership_for(user_id=user.pk, org_id=org_id)
+
+
+def _since(value: str | None):
+    from django.utils.dateparse import parse_datetime
+
+    try:
+        return parse_datetime(value) if value else None
+    except ValueError:
+        return None
+
+
+def _inbox_frames(actor, filters: dict, approval_ids: list[str] | None = None, since=None) -> list[str]:
+    """Upserts for pending items (added or refreshed) and replacements for decided ones, as JSON frames."""
+    from django.utils import timezone
+
+    from apps.approvals import selectors as approvals
+    from apps.web.views.inbox import inbox_filters, item_context
+
+    rows = approvals.org_approvals(org_id=actor.org_id, **inbox_filters(filters))
+    if approval_ids is not None:
+        rows = rows.filter(id__in=approval_ids)
+    elif since is not None:
+        rows = rows.filter(updated_at__gt=since)
+    else:
+        return []
+    frames, now = [], timezone.now().isoformat()
+    for request in list(rows[:100])[::-1]:
+        html = render_to_string("web/inbox/_item.html", item_context(request, actor))
+        key = "upsert" if request.is_pending else "replace"
+        frames.append(json.dumps({key: f"approval-{request.id}", "into": "#inbox-items", "html": html, "at": now}))
+    return frames
+
+
+class InboxConsumer(AsyncWebsocketConsumer):
+    """The inbox page: every change to an item (new, a vote, decided by someone, expired) re-renders
+    that item's card for this viewer; a decided item shows who decided instead of its form."""
+
+    async def connect(self) -> None:
+        query = _query(self.scope)
+        self.filters = {k: query[k] for k in ("crew", "agent", "server", "risk", "kind") if query.get(k)}
+        org_id = str(self.scope["url_route"]["kwargs"]["org_id"])
+        membership = await database_sync_to_async(_membership)(self.scope.get("user"), org_id)
+        await self.accept()
+        if membership is None:
+            await self.close(code=FORBIDDEN)
+            return
+        self.actor = member_actor(membership)
+        self.group = org_group(membership.org_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        since = _since(query.get("since"))
+        if since is not None:  # a reconnect: what changed while away
+            for frame in await database_sync_to_async(_inbox_frames)(self.actor, self.filters, since=since):
+                await self.send(text_data=frame)
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        """Clients do not send: every write is an HTTP POST with CSRF."""
+
+    async def realtime_event(self, message: dict) -> None:
+        if message["event"] != "inbox.changed":
+            return
+        frames = await database_sync_to_async(_inbox_frames)(self.actor, self.filters,
+                                                              [message["data"]["approval_id"]])
+        for frame in frames:
+            await self.send(text_data=frame)
+
+
+def _status_frames(org_id, run_ids: list[str] | None = None, since=None) -> list[str]:
+    from django.utils import timezone
+
+    from apps.runs.models import Run
+
+    runs = Run.objects.filter(org_id=org_id)
+    if run_ids is not None:
+        runs = runs.filter(id__in=run_ids)
+    elif since is not None:
+        runs = runs.filter(updated_at__gt=since).order_by("-updated_at")[:200]
+    else:
+        return []
+    now = timezone.now().isoformat()
+    return [json.dumps({"replace": f"run-status-{run_id}", "at": now,
+                        "html": render_to_string("web/runs/_live_status.html", {"run_id": run_id, "status": status})})
+            for run_id, status in runs.values_list("id", "status")]
+
+
+class RunListConsumer(AsyncWebsocketConsumer):
+    """The run list: each status change replaces that run's status badge, when it is on the page."""
+
+    async def connect(self) -> None:
+        org_id = str(self.scope["url_route"]["kwargs"]["org_id"])
+        membership = await database_sync_to_async(_membership)(self.scope.get("user"), org_id)
+        await self.accept()
+        if membership is None:
+            await self.close(code=FORBIDDEN)
+            return
+        self.org_id = membership.org_id
+        self.group = org_group(membership.org_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        since = _since(_query(self.scope).get("since"))
+        if since is not None:
+            for frame in await database_sync_to_async(_status_frames)(self.org_id, since=since):
+                await self.send(text_data=frame)
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        """Clients do not send."""
+
+    async def realtime_event(self, message: dict) -> None:
+        if message["event"] != "run.status":
+            return
+        for frame in await database_sync_to_async(_status_frames)(self.org_id, [message["data"]["run_id"]]):
+            await self.send(text_data=frame)

@@ -19,15 +19,19 @@ class ApprovalOut(Schema):
     tool_call_id: UUID | None
     agent: str | None
     tool: str | None
+    server: str | None
+    trust_tier: str | None
     title: str
     arguments: dict[str, Any]
     approved_arguments: dict[str, Any] | None
     args_hash: str
+    approved_args_hash: str
     definition_hash: str
     risk: str
     reason: str
     context: dict[str, Any]
     required_approvals: int
+    votes: list[dict[str, Any]]
     expires_at: datetime | None
     decided_at: datetime | None
     decided_by: str
@@ -43,21 +47,47 @@ class ApprovalOut(Schema):
         return obj.tool.qualified_name if obj.tool_id and obj.tool else None
 
     @staticmethod
+    def resolve_server(obj) -> str | None:
+        return obj.tool.server.name if obj.tool_id and obj.tool else obj.context.get("server") or None
+
+    @staticmethod
+    def resolve_trust_tier(obj) -> str | None:
+        return obj.tool.server.trust_tier if obj.tool_id and obj.tool else obj.context.get("trust_tier") or None
+
+    @staticmethod
+    def resolve_votes(obj) -> list[dict[str, Any]]:
+        return [{"by": v.actor_label, "decision": v.decision, "comment": v.comment, "at": v.created_at.isoformat()}
+                for v in obj.votes.all()]
+
+    @staticmethod
     def resolve_decided_by(obj) -> str:
         return obj.decided_by_label
+
+
+class StandingIn(Schema):
+    scope: Literal["call", "run", "agent_tool"] = "call"
+    condition: str = ""
+    hours: int | None = None
 
 
 class DecisionIn(Schema):
     decision: Literal["approve", "reject"]
     arguments: dict[str, Any] | None = None
     comment: str = ""
+    standing: StandingIn | None = None
+    args_hash: str = ""  # the arguments' hash the decider saw (args_hash, or approved_args_hash once edited)
 
 
 @router.get("", response=list[ApprovalOut])
 @paginate(LimitOffsetPagination)
-def list_approvals(request, status: Literal["pending", "approved", "rejected", "expired"] | None = None):
+def list_approvals(request, status: Literal["pending", "approved", "rejected", "expired"] | None = None,
+                   crew: UUID | None = None, agent: UUID | None = None, server: UUID | None = None,
+                   risk: Literal["read", "write", "dangerous"] | None = None,
+                   kind: Literal["tool_call", "definition_change"] | None = None):
+    """Newest first, filtered by status, the run's crew, agent, the tool's server, risk and kind."""
     request.auth.require("org.view")
-    return selectors.org_approvals(org_id=request.auth.org_id, status=status)
+    return selectors.org_approvals(org_id=request.auth.org_id, status=status, crew_id=crew, agent_id=agent,
+                                   server_id=server, risk=risk, kind=kind)
 
 
 @router.get("/{approval_id}", response=ApprovalOut)
@@ -68,6 +98,9 @@ def get_approval(request, approval_id: UUID):
 
 @router.post("/{approval_id}/decision", response=ApprovalOut)
 def decide(request, approval_id: UUID, payload: DecisionIn):
+    """Approve (optionally with edited arguments and a standing approval) or reject; 409 when decided."""
     services.decide_approval(actor=request.auth, approval_id=approval_id, decision=payload.decision,
-                             arguments=payload.arguments, comment=payload.comment)
+                             arguments=payload.arguments, comment=payload.comment,
+                             standing=payload.standing.dict() if payload.standing else None,
+                             expected_args_hash=payload.args_hash)
     return selectors.get_approval(org_id=request.auth.org_id, approval_id=approval_id)

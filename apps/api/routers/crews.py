@@ -45,6 +45,8 @@ class CrewOut(Schema):
     timeout_s: int
     token_budget: int | None
     budget_usd: Decimal | None
+    approvals_required: int
+    approval_ttl_hours: int
     enabled: bool
     version: int
     created_at: datetime
@@ -78,6 +80,8 @@ class CrewIn(Schema):
     timeout_s: int = 900
     token_budget: int | None = None
     budget_usd: Decimal | None = None
+    approvals_required: int = 1
+    approval_ttl_hours: int = 24
 
 
 class CrewPatch(Schema):
@@ -94,6 +98,8 @@ class CrewPatch(Schema):
     timeout_s: int | None = None
     token_budget: int | None = None
     budget_usd: Decimal | None = None
+    approvals_required: int | None = None
+    approval_ttl_hours: int | None = None
     enabled: bool | None = None
 
 

@@ -28,7 +28,7 @@ IDEMPOTENCY_ARGS = ("idempotency_key", "request_id")
 
 
 def facts(tool: dict[str, Any] | None, grant: dict[str, Any] | None, *, name: str, arguments: dict | None,
-          tainted: bool, live: Any = None) -> CallFacts:
+          tainted: bool, live: Any = None, standing_approval: bool = False) -> CallFacts:
     """CallFacts from the snapshot, overlaid with the registry's live state when given (dispatch)."""
     tool = tool or {}
     state, pinned, risk, tier = tool.get("state", "removed"), tool.get("pinned", False), tool.get("risk", "write"), \
@@ -38,7 +38,7 @@ def facts(tool: dict[str, Any] | None, grant: dict[str, Any] | None, *, name: st
         pinned = live.is_pinned and live.definition_hash == tool.get("definition_hash")
     return CallFacts(tool=name, risk=risk, state=state, pinned=pinned, trust_tier=tier,
                      grant=(grant or {}).get("policy"), condition=(grant or {}).get("condition", ""),
-                     arguments=arguments, tainted=tainted)
+                     arguments=arguments, tainted=tainted, standing_approval=standing_approval)
 
 
 def offered_tools(agent: dict[str, Any], tools: dict[str, dict[str, Any]], *, tainted: bool) -> dict[str, str]:

@@ -63,8 +63,10 @@ def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> None:
                                         f"({REPEAT_LIMIT} times already).", "limit")
     tool = tools.get(row.qualified_name)
     grant = next((g for g in agent.get("grants", []) if g["tool"] == row.qualified_name), None)
+    standing = store.standing_approval(agent=agent, tool=tool, arguments=row.arguments) if tool else None
     decision = decide(facts(tool, grant, name=row.qualified_name, arguments=row.arguments, tainted=run.tainted,
-                            live=store.live_tool(row.qualified_name) if tool else None))
+                            live=store.live_tool(row.qualified_name) if tool else None,
+                            standing_approval=standing is not None))
     if decision.decision == "deny":
         store.decide_call(row, state=CallState.DENIED, decision="deny", rule=decision.rule, reason=decision.reason,
                           error_class="permission")
@@ -78,7 +80,10 @@ def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> None:
     if decision.decision == "hold":
         store.hold_call(row, rule=decision.rule, reason=decision.reason, tool=tool, turn=turn)
         return
-    store.decide_call(row, state=CallState.APPROVED, decision="allow", rule=decision.rule, reason=decision.reason)
+    reason = decision.reason
+    if decision.rule == "standing_approval" and standing:
+        reason = f"{reason} Allowed by standing approval {store.record_standing_hit(standing, row)}."
+    store.decide_call(row, state=CallState.APPROVED, decision="allow", rule=decision.rule, reason=reason)
 
 
 def schema_problem(tool: dict[str, Any] | None, arguments: dict[str, Any]) -> str:
@@ -127,8 +132,10 @@ def dispatch(store: Any, *, agent: dict[str, Any], row: Any) -> None:
     grant = next((g for g in agent.get("grants", []) if g["tool"] == row.qualified_name), None)
     arguments = row.effective_arguments
     live = store.live_tool(row.qualified_name) if tool else None
+    standing = (row.rule == "standing_approval" and tool is not None
+                and store.standing_approval(agent=agent, tool=tool, arguments=arguments) is not None)
     decision = decide(facts(tool, grant, name=row.qualified_name, arguments=arguments, tainted=run.tainted,
-                            live=live))
+                            live=live, standing_approval=standing))
     approved_by_person = row.approval_id is not None
     if live is not None and row.approval_id and live.definition_hash != (store.approval(row).definition_hash or
                                                                          live.definition_hash):

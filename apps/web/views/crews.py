@@ -20,7 +20,7 @@ from apps.web.access import member_required
 from apps.web.tables import sorted_page
 
 SCALARS = ("name", "description", "process", "supervisor_agent_id", "max_hops", "max_tool_calls", "timeout_s",
-           "token_budget", "budget_usd")
+           "token_budget", "budget_usd", "approvals_required", "approval_ttl_hours")
 
 
 def _redirect(request: HttpRequest, url: str) -> HttpResponse:
@@ -118,6 +118,7 @@ def crew_new(request: HttpRequest) -> HttpResponse:
     if request.method == "POST":
         return _save(request)
     values = {"process": "sequential", "max_hops": 6, "max_tool_calls": 50, "timeout_s": 900,
+              "approvals_required": 1, "approval_ttl_hours": 24,
               "tasks": [{"name": "", "agent_id": "", "description": "", "context": ""}], "inputs": []}
     starter = starters.crew_starter(request.GET.get("template", ""))
     if starter:  # prefill from a template; nothing is saved until Create

@@ -1,4 +1,4 @@
-"""Run pages (list, detail with the live step tree, start form on the crew page, cancel) and the inbox."""
+"""Run pages (list, detail with the live step tree, start form on the crew page, cancel); the inbox is in inbox.py."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
@@ -55,14 +56,27 @@ def run_list(request: HttpRequest) -> HttpResponse:
     return render(request, "web/runs/list.html#run-results" if request.htmx else "web/runs/list.html", context)
 
 
-def run_context(run) -> dict:
-    return {"run": run, "turns": selectors.run_tree(run)}
+def run_context(run, actor=None) -> dict:
+    """The header and step tree; with an `actor`, each held call carries that viewer's inline decision card."""
+    turns = selectors.run_tree(run)
+    if actor is not None:
+        from apps.web.views.inbox import item_context
+
+        for turn in turns:
+            for model_call in turn.model_calls:
+                for tc in model_call.calls:
+                    if tc.state == "held" and tc.approval_id and tc.approval.status == "pending":
+                        request = approvals.get_approval(org_id=run.org_id, approval_id=tc.approval_id)
+                        tc.inline_decision = render_to_string(
+                            "web/inbox/_item.html", {**item_context(request, actor), "summary": None,
+                                                     "next": reverse("web:run_detail", args=[run.id])})
+    return {"run": run, "turns": turns}
 
 
 @member_required()
 def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     run = selectors.get_run(org_id=request.actor.org_id, run_id=run_id)
-    context = {**run_context(run), "can_cancel": request.actor.can("runs.start") and not run.is_finished,
+    context = {**run_context(run, request.actor), "can_cancel": request.actor.can("runs.start") and not run.is_finished,
                "can_decide": request.actor.can("approvals.decide"), **history_context(run)}
     return render(request, "web/runs/detail.html", context)
 
@@ -100,23 +114,3 @@ def run_start(request: HttpRequest, crew_id) -> HttpResponse:
                                                            "message": exc.message}, status=422)
         return redirect("web:run_detail", run_id=run.id)
     return render(request, "web/runs/start.html", {"crew": crew, "values": values, "errors": {}})
-
-
-@member_required()
-def inbox(request: HttpRequest) -> HttpResponse:
-    pending = approvals.org_approvals(org_id=request.actor.org_id, status="pending")
-    recent = approvals.org_approvals(org_id=request.actor.org_id).exclude(status="pending")[:20]
-    items = [{"request": r, "arguments": json.dumps(r.arguments, indent=2, sort_keys=True)} for r in pending]
-    return render(request, "web/inbox/list.html", {"items": items, "recent": recent,
-                                                   "can_decide": request.actor.can("approvals.decide")})
-
-
-@require_POST
-@member_required("approvals.decide")
-def inbox_decide(request: HttpRequest, approval_id) -> HttpResponse:
-    decision = request.POST.get("decision", "")
-    services.decide_approval(actor=request.actor, approval_id=approval_id, decision=decision,
-                             comment=request.POST.get("comment", ""))
-    messages.success(request, "Approved: the run resumes." if decision == "approve" else "Rejected.")
-    target = request.POST.get("next", "")
-    return redirect(target if target.startswith("/") and not target.startswith("//") else reverse("web:inbox"))

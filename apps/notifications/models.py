@@ -1,0 +1,81 @@
+"""Outgoing notifications: an org's webhooks, each event to notify, and each delivery attempt's state.
+
+Sits right after accounts so any later app (costs' budget alerts, approvals, runs) can call
+`apps.notifications.services.notify`. Deliveries are rows swept by beat (retries with backoff),
+never long countdowns.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+from apps.core.fields import EncryptedJSONField
+from apps.core.models import TenantModel
+
+# Events the pages offer; `notify` accepts any dotted name, and a webhook subscribed to "*" gets all.
+EVENTS = {
+    "approval.requested": "A tool call waits for a person",
+    "approval.decided": "A held call was approved, rejected or expired",
+    "run.finished": "A run ended (any status)",
+    "budget.alert": "A budget crossed a threshold",
+}
+
+
+class Webhook(TenantModel):
+    name = models.CharField(max_length=100)
+    url = models.URLField(max_length=500)
+    events = models.JSONField(default=list)  # names from EVENTS, or ["*"]
+    secret = EncryptedJSONField()  # {"key": "..."}: signs each body (HMAC-SHA256); write-only
+    enabled = models.BooleanField(default=True)
+    created_by_label = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def wants(self, event: str) -> bool:
+        return self.enabled and ("*" in self.events or event in self.events)
+
+
+class Notification(TenantModel):
+    """One event to tell people about; the payload goes out as the JSON body's `data`."""
+
+    event = models.CharField(max_length=60)
+    payload = models.JSONField(default=dict)
+    email_to = models.JSONField(default=list, blank=True)  # addresses, when email is on for this event
+    emailed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DELIVERED = "delivered", "Delivered"
+    FAILED = "failed", "Failed (gave up)"
+
+
+class WebhookDelivery(TenantModel):
+    webhook = models.ForeignKey(Webhook, on_delete=models.CASCADE, related_name="deliveries")
+    notification = models.ForeignKey(Notification, on_delete=models.CASCADE, related_name="deliveries")
+    status = models.CharField(max_length=10, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    response_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["status", "next_attempt_at"], name="delivery_due")]
+        ordering = ["-created_at"]
+
+
+class EmailPreference(TenantModel):
+    """Which events email the org's approvers (owners, admins, approvers) through Django's email backend."""
+
+    events = models.JSONField(default=list)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org"], name="email_preference_org")]

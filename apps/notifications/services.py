@@ -1,0 +1,262 @@
+"""Notifications: `notify` (the one function other apps call), webhooks, signed deliveries, email.
+
+`notify(org_id=..., event=..., payload=...)` joins the caller's transaction: it writes a
+Notification and one WebhookDelivery per enabled webhook subscribed to the event, and on commit
+enqueues their delivery (and the approvers' email when the org turned it on for the event).
+A delivery that fails is retried with backoff by beat (`retry_due_deliveries`), up to
+MAX_ATTEMPTS, then marked failed; every attempt's outcome is stored on the row.
+
+Each POST is signed: `X-Airlock-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`
+with `X-Airlock-Timestamp: <unix seconds>`; receivers recompute it and refuse old timestamps.
+Webhook URLs go through the registry's egress guard when saved and at every connect (the
+guard, `apps/registry/egress.py`, is a leaf module with no models; it is imported lazily here
+so this app can stay below costs, whose budget alerts call `notify`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import re
+import secrets
+import time
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+from django.core.mail import send_mail
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from apps.accounts.actors import Actor
+from apps.audit import services as audit
+from apps.core.errors import NotFound, ValidationFailed
+from apps.notifications.models import (
+    EVENTS,
+    DeliveryStatus,
+    EmailPreference,
+    Notification,
+    Webhook,
+    WebhookDelivery,
+)
+
+EVENT_NAME = re.compile(r"^[a-z_]+(\.[a-z_]+)+$")
+BACKOFF_S = (30, 120, 600, 1800, 3600)  # after attempt 1, 2, ...; the last repeats
+MAX_ATTEMPTS = 6
+CLAIM_S = 60  # an attempt in flight holds the row this long (a dead worker's attempt is retried)
+TIMEOUT_S = 10
+APPROVER_ROLES = ("owner", "admin", "approver")
+
+
+# --- notify ---------------------------------------------------------------------------------------
+
+def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any]) -> Notification | None:
+    """Tells the org's webhooks (and, when turned on, its approvers by email) that `event` happened.
+
+    Call inside the transaction of the change; nothing is sent unless it commits. `payload` is
+    plain JSON (ids and short facts; secrets are redacted). Returns None when nobody listens.
+    """
+    if not EVENT_NAME.match(event):
+        raise ValueError(f"Event names are dotted lowercase words, not {event!r}.")
+    from apps.audit.redaction import redact
+
+    hooks = [h for h in Webhook.objects.filter(org_id=org_id, enabled=True) if h.wants(event)]
+    emails = _email_recipients(org_id, event)
+    if not hooks and not emails:
+        return None
+    body = json.loads(json.dumps(redact(payload), cls=DjangoJSONEncoder))
+    notification = Notification.objects.create(org_id=org_id, event=event, payload=body, email_to=emails)
+    now = timezone.now()
+    deliveries = WebhookDelivery.objects.bulk_create(
+        [WebhookDelivery(org_id=org_id, webhook=h, notification=notification, next_attempt_at=now) for h in hooks])
+    ids = [str(d.id) for d in deliveries]
+
+    def enqueue() -> None:
+        from apps.notifications import tasks
+
+        for delivery_id in ids:
+            tasks.deliver_webhook.delay(delivery_id)
+        if emails:
+            tasks.send_notification_email.delay(str(notification.id))
+
+    transaction.on_commit(enqueue)
+    return notification
+
+
+def _email_recipients(org_id: UUID | str, event: str) -> list[str]:
+    from apps.accounts.models import Membership
+
+    preference = EmailPreference.objects.filter(org_id=org_id).first()
+    if preference is None or event not in preference.events:
+        return []
+    return sorted(Membership.objects.filter(org_id=org_id, role__in=APPROVER_ROLES)
+                  .values_list("user__email", flat=True))
+
+
+# --- webhooks -------------------------------------------------------------------------------------
+
+def _clean(name: str, url: str, events: list[str]) -> dict[str, Any]:
+    from apps.registry.egress import EgressRefused, Unresolvable, check_url
+
+    errors = {}
+    name, url = (name or "").strip(), (url or "").strip()
+    if not name:
+        errors["name"] = "Give the webhook a name."
+    if not url:
+        errors["url"] = "Enter the URL to POST to."
+    else:
+        try:
+            check_url(url)
+        except Unresolvable:
+            pass  # may resolve later; every connect is checked again
+        except EgressRefused as exc:
+            errors["url"] = str(exc)
+    events = sorted(set(events or []))
+    unknown = [e for e in events if e != "*" and e not in EVENTS]
+    if not events:
+        errors["events"] = "Choose at least one event."
+    elif unknown:
+        errors["events"] = f"Unknown events: {', '.join(unknown)}."
+    if errors:
+        raise ValidationFailed("The webhook could not be saved.", errors)
+    return {"name": name[:100], "url": url, "events": events}
+
+
+def create_webhook(*, actor: Actor, name: str, url: str, events: list[str], secret: str = "") -> tuple[Webhook, str]:
+    """A new webhook; returns it and its signing secret (generated when not given; shown once)."""
+    actor.require("members.manage")
+    values = _clean(name, url, events)
+    secret = (secret or "").strip() or "whsec_" + secrets.token_urlsafe(32)
+    with transaction.atomic():
+        hook = Webhook.objects.create(org_id=actor.org_id, secret={"key": secret}, created_by_label=actor.label,
+                                      **values)
+        audit.record(org_id=actor.org_id, actor=actor, action="webhook.created", target=hook, target_label=hook.name,
+                     data={"url": hook.url, "events": hook.events})
+    return hook, secret
+
+
+def delete_webhook(*, actor: Actor, webhook_id: UUID | str) -> None:
+    actor.require("members.manage")
+    with transaction.atomic():
+        hook = Webhook.objects.select_for_update().filter(org_id=actor.org_id, id=webhook_id).first()
+        if hook is None:
+            raise NotFound("No such webhook.")
+        audit.record(org_id=actor.org_id, actor=actor, action="webhook.deleted", target=hook, target_label=hook.name,
+                     data={"url": hook.url})
+        hook.delete()
+
+
+def set_email_events(*, actor: Actor, events: list[str]) -> EmailPreference:
+    actor.require("members.manage")
+    events = sorted({e for e in events or [] if e in EVENTS})
+    with transaction.atomic():
+        preference, _ = EmailPreference.objects.get_or_create(org_id=actor.org_id)
+        preference.events = events
+        preference.save(update_fields=["events", "updated_at"])
+        audit.record(org_id=actor.org_id, actor=actor, action="notifications.email_changed",
+                     target_label="email to approvers", data={"events": events})
+    return preference
+
+
+# --- delivering -----------------------------------------------------------------------------------
+
+def sign(secret: str, timestamp: str, body: bytes) -> str:
+    """The signature header's value for `body` sent at `timestamp` (unix seconds, as a string)."""
+    digest = hmac.new(secret.encode(), timestamp.encode() + b"." + body, hashlib.sha256).hexdigest()
+    return f"v1={digest}"
+
+
+def verify(secret: str, timestamp: str, body: bytes, signature: str, *, tolerance_s: int = 300) -> bool:
+    """For receivers (and tests): a valid signature on a recent timestamp."""
+    try:
+        fresh = abs(time.time() - int(timestamp)) <= tolerance_s
+    except ValueError:
+        return False
+    return fresh and hmac.compare_digest(sign(secret, timestamp, body), signature)
+
+
+def body_of(delivery: WebhookDelivery) -> bytes:
+    notification = delivery.notification
+    return json.dumps({"id": str(notification.id), "event": notification.event, "org_id": str(delivery.org_id),
+                       "created_at": notification.created_at.isoformat(), "data": notification.payload},
+                      sort_keys=True, separators=(",", ":")).encode()
+
+
+def backoff(attempts: int) -> timedelta:
+    return timedelta(seconds=BACKOFF_S[min(attempts, len(BACKOFF_S)) - 1])
+
+
+def deliver(*, delivery_id: UUID | str) -> str:
+    """One attempt, when the row is due (claimed by a conditional update). Returns the row's status,
+    or "skipped" when it was not due or someone else holds it."""
+    now = timezone.now()
+    claimed = WebhookDelivery.objects.filter(id=delivery_id, status=DeliveryStatus.PENDING,
+                                             next_attempt_at__lte=now).update(
+        attempts=F("attempts") + 1, next_attempt_at=now + timedelta(seconds=CLAIM_S), updated_at=now)
+    if not claimed:
+        return "skipped"
+    delivery = WebhookDelivery.objects.select_related("webhook", "notification").get(id=delivery_id)
+    body = body_of(delivery)
+    timestamp = str(int(time.time()))
+    headers = {"Content-Type": "application/json", "User-Agent": "Airlock-Webhooks/1",
+               "X-Airlock-Event": delivery.notification.event, "X-Airlock-Delivery": str(delivery.id),
+               "X-Airlock-Timestamp": timestamp,
+               "X-Airlock-Signature": sign(delivery.webhook.secret["key"], timestamp, body)}
+    status_code, error = None, ""
+    try:
+        status_code = asyncio.run(_post(delivery.webhook.url, body, headers))
+        if not 200 <= status_code < 300:
+            error = f"The receiver answered HTTP {status_code}."
+    except Exception as exc:  # refused by the egress guard, connection errors, timeouts
+        error = f"{type(exc).__name__}: {exc}"[:500]
+    fields = {"response_status": status_code, "last_error": error, "updated_at": timezone.now()}
+    if not error:
+        fields.update(status=DeliveryStatus.DELIVERED, delivered_at=timezone.now(), next_attempt_at=None)
+    elif delivery.attempts >= MAX_ATTEMPTS:
+        fields.update(status=DeliveryStatus.FAILED, next_attempt_at=None)
+    else:
+        fields.update(next_attempt_at=timezone.now() + backoff(delivery.attempts))
+    WebhookDelivery.objects.filter(id=delivery.id).update(**fields)
+    return fields.get("status", DeliveryStatus.PENDING)
+
+
+async def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
+    import httpx2
+
+    from apps.registry.egress import guarded_transport
+
+    async with httpx2.AsyncClient(transport=guarded_transport(), timeout=TIMEOUT_S, follow_redirects=False,
+                                  trust_env=False) as client:
+        response = await client.post(url, content=body, headers=headers)
+        return response.status_code
+
+
+def retry_due_deliveries() -> int:
+    """Beat: one attempt for every pending delivery whose time has come. Returns how many were tried."""
+    from apps.notifications import tasks
+
+    due = list(WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=timezone.now())
+               .values_list("id", flat=True)[:500])
+    for delivery_id in due:
+        tasks.deliver_webhook.delay(str(delivery_id))
+    return len(due)
+
+
+def send_email(*, notification_id: UUID | str) -> bool:
+    """Emails the approvers once (claimed by a conditional update). Returns whether it sent."""
+    now = timezone.now()
+    if not Notification.objects.filter(id=notification_id, emailed_at__isnull=True).update(emailed_at=now):
+        return False
+    notification = Notification.objects.get(id=notification_id)
+    if not notification.email_to:
+        return False
+    label = EVENTS.get(notification.event, notification.event)
+    lines = [f"{label}.", ""] + [f"{k}: {v}" for k, v in sorted(notification.payload.items())
+                                 if isinstance(v, str | int | float) and k not in ("arguments",)]
+    send_mail(subject=f"[Airlock] {label}", message="\n".join(lines), from_email=None,
+              recipient_list=notification.email_to, fail_silently=False)
+    return True

@@ -1,0 +1,250 @@
+"""The approval inbox: pending items with everything needed to judge them, decisions (approve,
+reject with a comment, edit then approve, standing approvals), the standing-approvals page.
+
+The item card (`web/inbox/_item.html`) is the one partial for the inbox, the run page's inline
+decision form and the live updates the inbox socket pushes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import json
+import uuid
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from apps.accounts.actors import Actor
+from apps.agents import selectors as agents
+from apps.approvals import selectors as approvals
+from apps.approvals import standing
+from apps.approvals.models import ApprovalKind, ApprovalRequest
+from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.crews import selectors as crews
+from apps.registry import selectors as registry
+from apps.runs import selectors as runs
+from apps.runs import services
+from apps.web.access import member_required
+
+FILTERS = ("crew", "agent", "server", "risk", "kind")
+RISKS = ("read", "write", "dangerous")
+LAST_STEPS = 5
+
+
+def inbox_filters(params: Any) -> dict[str, Any]:
+    """The inbox's filters from a query string; malformed values are ignored."""
+    out: dict[str, Any] = {}
+    for key, field in (("crew", "crew_id"), ("agent", "agent_id"), ("server", "server_id")):
+        with contextlib.suppress(ValueError):
+            out[field] = uuid.UUID(params.get(key, ""))
+    if params.get("risk") in RISKS:
+        out["risk"] = params["risk"]
+    if params.get("kind") in ApprovalKind.values:
+        out["kind"] = params["kind"]
+    return out
+
+
+def pretty(value: Any) -> str:
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def arguments_diff(before: Any, after: Any) -> str:
+    if after is None or after == before:
+        return ""
+    return "\n".join(difflib.unified_diff(pretty(before).splitlines(), pretty(after).splitlines(),
+                                          "proposed", "edited", lineterm=""))
+
+
+def _field_value(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int | float):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def argument_fields(request: ApprovalRequest, values: dict[str, str] | None = None,
+                    errors: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """One form field per top-level argument (from the tool's input schema), with its error."""
+    schema = (request.tool.input_schema if request.tool_id and request.tool else None) or {}
+    props = schema.get("properties") or {}
+    names = list(props) + [k for k in request.arguments if k not in props]
+    required = set(schema.get("required") or [])
+    errors = errors or {}
+    fields = []
+    for name in names:
+        spec = props.get(name) or {}
+        kind = spec.get("type") if isinstance(spec.get("type"), str) else "json"
+        raw = values[name] if values is not None and name in values else _field_value(request.arguments.get(name))
+        nested = [m for k, m in errors.items() if k.startswith(f"arguments.{name}.")]
+        fields.append({"name": name, "type": kind, "description": spec.get("description", ""), "value": raw,
+                       "required": name in required, "error": errors.get(f"arguments.{name}") or "; ".join(nested),
+                       "multiline": kind in ("object", "array", "json") or len(raw) > 80})
+    return fields
+
+
+def parse_arguments(request: ApprovalRequest, values: dict[str, str]) -> dict[str, Any]:
+    """The edited arguments from the form, typed by the input schema; a value that does not convert
+    stays text so the schema check reports it next to its field."""
+    schema = (request.tool.input_schema if request.tool_id and request.tool else None) or {}
+    props = schema.get("properties") or {}
+    out = dict(request.arguments)
+    for name, raw in values.items():
+        kind = (props.get(name) or {}).get("type")
+        raw = raw.strip() if kind != "string" else raw
+        if raw == "" and name not in request.arguments:
+            continue
+        out[name] = _convert(raw, kind)
+    return out
+
+
+def _convert(raw: str, kind: Any) -> Any:
+    try:
+        if kind == "integer":
+            return int(raw)
+        if kind == "number":
+            return float(raw) if any(c in raw for c in ".eE") else int(raw)
+        if kind == "boolean":
+            return {"true": True, "false": False}.get(raw.lower(), raw)
+        if kind == "string":
+            return raw
+        return json.loads(raw)
+    except (ValueError, TypeError):
+        return raw
+
+
+def run_summary(request: ApprovalRequest) -> dict[str, Any] | None:
+    """The run's task, its last steps (ledger rows) and findings, for the reviewer."""
+    if not request.run_id:
+        return None
+    try:
+        run = runs.get_run(org_id=request.org_id, run_id=request.run_id)
+    except NotFound:
+        return None
+    ledger = list(runs.run_ledger(run))
+    findings = [f for row in ledger for f in (row.findings or [])]
+    return {"run": run, "last_steps": ledger[-LAST_STEPS:], "findings": findings, "tainted": run.tainted}
+
+
+def item_context(request: ApprovalRequest, actor: Actor, *, values: dict[str, str] | None = None,
+                 errors: dict[str, str] | None = None, message: str = "", message_level: str = "") -> dict:
+    votes = list(request.votes.all())
+    voted = next((v for v in votes if actor.user_id is not None and v.user_id == actor.user_id), None)
+    definition = request.kind == ApprovalKind.DEFINITION_CHANGE
+    separated = (request.risk == "dangerous" and actor.user_id is not None
+                 and actor.user_id == request.requested_by_user_id)
+    allowed = actor.can("servers.manage") if definition else actor.can("approvals.decide")
+    seconds_left = (request.expires_at - timezone.now()).total_seconds() if request.expires_at else None
+    return {
+        "r": request, "votes": votes, "voted": voted, "definition": definition,
+        "can_decide": request.is_pending and allowed and voted is None,
+        "may_approve": not separated, "separated": separated,
+        "arguments": pretty(request.arguments),
+        "edit_diff": arguments_diff(request.arguments, request.approved_arguments),
+        "fields": [] if definition else argument_fields(request, values, errors),
+        "errors": errors or {}, "message": message, "message_level": message_level or "info",
+        "standing_offered": not definition and request.risk != "dangerous",
+        "summary": run_summary(request), "seconds_left": seconds_left,
+        "expired_soon": seconds_left is not None and seconds_left < 3600,
+        "tool_risk": request.risk,
+    }
+
+
+def render_item(http_request: HttpRequest | None, request: ApprovalRequest, actor: Actor, status: int = 200,
+                **extra: Any) -> HttpResponse:
+    return render(http_request, "web/inbox/_item.html", item_context(request, actor, **extra), status=status)
+
+
+@member_required()
+def inbox(request: HttpRequest) -> HttpResponse:
+    org_id = request.actor.org_id
+    filters = inbox_filters(request.GET)
+    pending = approvals.org_approvals(org_id=org_id, status="pending", **filters)
+    recent = approvals.org_approvals(org_id=org_id, **filters).exclude(status="pending")[:20]
+    query = "&".join(f"{k}={request.GET[k]}" for k in FILTERS if request.GET.get(k))
+    items = [render_to_string("web/inbox/_item.html", item_context(r, request.actor), request=request)
+             for r in pending]
+    context = {"items": items, "recent": recent,
+               "filters": {k: request.GET.get(k, "") for k in FILTERS}, "query": query,
+               "since": timezone.now().isoformat(),
+               "crews": crews.org_crews(org_id=org_id), "agents": agents.org_agents(org_id=org_id),
+               "servers": registry.servers_for_org(org_id=org_id), "risks": RISKS, "kinds": ApprovalKind.choices}
+    return render(request, "web/inbox/list.html", context)
+
+
+@require_POST
+@member_required("approvals.decide")
+def inbox_decide(request: HttpRequest, approval_id) -> HttpResponse:
+    actor = request.actor
+    item = approvals.get_approval(org_id=actor.org_id, approval_id=approval_id)
+    decision = request.POST.get("decision", "")
+    comment = request.POST.get("comment", "").strip()
+    values = {k[4:]: v for k, v in request.POST.items() if k.startswith("arg.")}
+    arguments = parse_arguments(item, values) if values and decision == "approve" else None
+    choice = {"scope": request.POST.get("standing", "call"), "condition": request.POST.get("standing_condition", ""),
+              "hours": request.POST.get("standing_hours") or None}
+    try:
+        services.decide_approval(actor=actor, approval_id=item.id, decision=decision, arguments=arguments,
+                                 comment=comment, standing=choice,
+                                 expected_args_hash=request.POST.get("args_hash", ""))
+    except ValidationFailed as exc:
+        item = approvals.get_approval(org_id=actor.org_id, approval_id=approval_id)
+        if request.htmx:
+            return render_item(request, item, actor, status=422, values=values, errors=exc.errors,
+                               message=exc.message, message_level="danger")
+        messages.error(request, f"{exc.message} " + " ".join(f"{k}: {v}" for k, v in exc.errors.items()))
+        return redirect(_next(request))
+    except Conflict as exc:
+        if not request.htmx:
+            raise
+        item = approvals.get_approval(org_id=actor.org_id, approval_id=approval_id)
+        return render_item(request, item, actor, status=409, message=exc.message, message_level="warning")
+    item = approvals.get_approval(org_id=actor.org_id, approval_id=approval_id)
+    text = _outcome_text(item, decision, edited=arguments is not None)
+    if request.htmx:
+        return render_item(request, item, actor, message=text, message_level="success")
+    messages.success(request, text)
+    return redirect(_next(request))
+
+
+def _outcome_text(item: ApprovalRequest, decision: str, *, edited: bool) -> str:
+    if item.status == "pending":
+        return (f"Your approval is recorded: {item.votes.filter(decision='approve').count()} of "
+                f"{item.required_approvals} needed.")
+    if item.kind == ApprovalKind.DEFINITION_CHANGE:
+        return ("Pinned: the tool is active again." if item.status == "approved"
+                else "Rejected: the tool stays quarantined.")
+    if item.status == "approved":
+        return "Approved with your edits: the run resumes." if edited else "Approved: the run resumes."
+    return "Rejected: the run resumes and the agent is told why."
+
+
+def _next(request: HttpRequest) -> str:
+    target = request.POST.get("next", "")
+    return target if target.startswith("/") and not target.startswith("//") else reverse("web:inbox")
+
+
+@member_required()
+def standing_list(request: HttpRequest) -> HttpResponse:
+    rows = standing.org_standing(org_id=request.actor.org_id)
+    now = timezone.now()
+    items = [{"s": s, "live": s.revoked_at is None and (s.expires_at is None or s.expires_at > now)} for s in rows]
+    return render(request, "web/inbox/standing.html",
+                  {"items": items, "can_revoke": request.actor.can("approvals.decide")})
+
+
+@require_POST
+@member_required("approvals.decide")
+def standing_revoke(request: HttpRequest, standing_id) -> HttpResponse:
+    standing.revoke_standing(actor=request.actor, standing_id=standing_id)
+    messages.success(request, "Revoked: later calls are held again.")
+    return redirect("web:standing_approvals")
