@@ -13,6 +13,7 @@ import json
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import IO, Any
@@ -180,12 +181,23 @@ async def discover(spec: ServerSpec, *, errlog: IO[str] | None = None,
             )
 
 
+def _run_to_completion(coroutine: Any) -> Any:
+    """asyncio.run, or on a short-lived thread when this thread already runs a loop (a Channels or
+    Playwright caller): `asyncio.run` refuses to nest."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
 def run_discovery(spec: ServerSpec) -> Discovery:
     """`discover` from synchronous code. Raises ServerUnreachable with a readable message."""
     http_errors: list[int] = []
     with tempfile.TemporaryFile("w+") as errlog:
         try:
-            return asyncio.run(discover(spec, errlog=errlog, http_errors=http_errors))
+            return _run_to_completion(discover(spec, errlog=errlog, http_errors=http_errors))
         except Exception as exc:
             message = describe_error(exc, spec=spec, stderr=stderr_tail(errlog), http_errors=http_errors)
             raise ServerUnreachable(message) from None
