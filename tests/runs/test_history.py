@@ -68,7 +68,7 @@ def test_the_history_filters_by_crew_agent_person_status_held_findings_dates_and
     assert listed(client, f"since={tomorrow}") == set()
     assert "No runs match these filters." in client.get(f"/runs/?since={tomorrow}").content.decode()
     partial = client.get(f"/runs/?crew={quiet_crew.id}", HTTP_HX_REQUEST="true").content.decode()
-    assert partial.lstrip().startswith('<div class="card" id="run-results">') and "1 run" in partial
+    assert partial.lstrip().startswith('<div class="card" id="run-results"') and "1 run" in partial
 
 
 def test_the_run_page_shows_timeline_spend_decisions_and_what_changed_since(client, desk, approver):
