@@ -66,7 +66,7 @@ def test_two_approvers_at_once_one_wins_the_other_gets_409_and_the_refund_happen
 @pytest.mark.django_db
 def test_the_api_answers_409_to_a_second_decision_and_filters_the_inbox(desk, org):
     crew = desk.refund_desk()
-    run, request = held_run(desk, crew)
+    _run, request = held_run(desk, crew)
     client = Client(headers={"Authorization": f"Bearer {token_for(org, 'approver')}"})
     listed = client.get(f"/api/v1/approvals?status=pending&crew={crew.id}&risk=write&kind=tool_call").json()
     assert [i["id"] for i in listed["items"]] == [str(request.id)]
@@ -177,7 +177,7 @@ def two_refunds(desk, name="Twice"):
 
 @pytest.mark.django_db
 def test_a_standing_approval_for_the_rest_of_the_run_covers_only_that_run(desk, org):
-    agent, crew = two_refunds(desk)
+    _agent, crew = two_refunds(desk)
     run, request = held_run(desk, crew)
     approver = member_actor(add_member(org, "approver"))
     services.decide_approval(actor=approver, approval_id=request.id, decision="approve", standing={"scope": "run"})
@@ -196,7 +196,7 @@ def test_a_standing_approval_for_the_rest_of_the_run_covers_only_that_run(desk, 
 @pytest.mark.django_db
 def test_an_agent_tool_standing_approval_matches_its_condition_agent_tool_and_time(desk, org):
     agent, crew = two_refunds(desk)
-    run, request = held_run(desk, crew)
+    _run, request = held_run(desk, crew)
     approver = member_actor(add_member(org, "approver"))
     with pytest.raises(ValidationFailed) as bad:
         services.decide_approval(actor=approver, approval_id=request.id, decision="approve",
