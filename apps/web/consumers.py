@@ -273,3 +273,44 @@ class RunListConsumer(AsyncWebsocketConsumer):
             return
         for frame in await database_sync_to_async(_status_frames)(self.org_id, [message["data"]["run_id"]]):
             await self.send(text_data=frame)
+
+
+# --- the dashboard ---------------------------------------------------------------------------------
+
+# Org events that change a dashboard tile (approvals, runs, spend, server health, the checklist).
+DASHBOARD_EVENTS = frozenset({"inbox.count", "inbox.changed", "run.status", "server.synced", "server.deleted",
+                              "tool.changed", "budget.threshold"})
+
+
+def _dashboard_tiles(actor) -> str:
+    from apps.web.home import dashboard_context
+
+    return render_to_string("web/dashboard.html#tiles", {**dashboard_context(actor), "oob": True})
+
+
+class DashboardConsumer(AsyncWebsocketConsumer):
+    """The dashboard: on connect (so a reconnect catches up) and on every org event that moves a
+    number, re-renders the tiles as the page does, for an out-of-band swap."""
+
+    async def connect(self) -> None:
+        org_id = str(self.scope["url_route"]["kwargs"]["org_id"])
+        membership = await database_sync_to_async(_membership)(self.scope.get("user"), org_id)
+        await self.accept()
+        if membership is None:
+            await self.close(code=FORBIDDEN)
+            return
+        self.actor = member_actor(membership)
+        self.group = org_group(membership.org_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.send(text_data=await database_sync_to_async(_dashboard_tiles)(self.actor))
+
+    async def disconnect(self, code: int) -> None:
+        if getattr(self, "group", None):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        """Clients do not send."""
+
+    async def realtime_event(self, message: dict) -> None:
+        if message["event"] in DASHBOARD_EVENTS:
+            await self.send(text_data=await database_sync_to_async(_dashboard_tiles)(self.actor))

@@ -3,9 +3,8 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
-from apps.accounts import selectors as accounts
-from apps.audit import selectors as audit
 from apps.web.access import member_required
+from apps.web.home import dashboard_context
 
 # Shown until the part of Airlock that fills the page exists: what it will hold, honestly.
 COMING = {
@@ -22,19 +21,9 @@ COMING = {
 
 @member_required()
 def dashboard(request: HttpRequest) -> HttpResponse:
-    org_id = request.membership.org_id
-    context = {
-        "member_count": accounts.org_members(org_id=org_id).count(),
-        "token_count": accounts.org_tokens(org_id=org_id, include_revoked=False).count(),
-        "recent_events": list(audit.audit_events(org_id=org_id)[:8]) if request.actor.can("audit.view") else [],
-        "checklist": [
-            ("Register an MCP server", "servers"),
-            ("Define an agent", "agents"),
-            ("Build a crew", "crews"),
-            ("Start a run", "runs"),
-        ],
-    }
-    return render(request, "web/dashboard.html", context)
+    """Tiles from `apps.web.home`; the dashboard socket re-renders `#tiles` on the org's events."""
+    template = "web/dashboard.html#tiles" if request.htmx else "web/dashboard.html"
+    return render(request, template, dashboard_context(request.actor))
 
 
 @member_required()
