@@ -49,6 +49,18 @@ class RunStore:
     def __init__(self, run_id: str, lease_owner: str) -> None:
         self.run_id, self.lease_owner = str(run_id), lease_owner
         self.run = Run.objects.get(id=run_id)
+        # While this store's worker holds the lease it is the only writer of the run's turns, so the
+        # turn in progress and its parsed history stay in memory between steps: a step parses and
+        # dumps only the messages it adds, not the whole conversation (bench/run.py, per-step cost).
+        self._turn: RunStep | None = None
+        self._history: dict[str, tuple[list[dict[str, Any]], list[ModelMessage]]] = {}
+        # Likewise what this store wrote itself: step positions, each turn's model calls and the last
+        # one, that call's ledger rows (kept current by set_call), the decrypted connection.
+        self._position: int | None = None
+        self._calls: dict[str, int] = {}
+        self._last_call: dict[str, RunStep] = {}
+        self._rows: dict[str, list[ToolCall]] = {}
+        self._connections: dict[str, ConnectionSpec] = {}
 
     # --- the run row ----------------------------------------------------------------------------
 
@@ -57,11 +69,22 @@ class RunStore:
         return self.run
 
     def renew_lease(self) -> None:
-        """Extends the lease; raises LeaseLost when another worker took the run over."""
+        """Extends the lease; raises LeaseLost when another worker took the run over.
+
+        No write while the run row last read (`refresh`, at the start of every step) shows the lease
+        ours with more than half its time left: a lease only passes to another worker once expired.
+        """
+        run, now = self.run, timezone.now()
+        if (self.lease_owner and run.lease_owner == self.lease_owner and run.status == RunStatus.RUNNING
+                and run.lease_expires_at is not None
+                and run.lease_expires_at - now > timedelta(seconds=lease_seconds() / 2)):
+            return
+        expires = now + timedelta(seconds=lease_seconds())
         renewed = Run.objects.filter(id=self.run_id, status=RunStatus.RUNNING, lease_owner=self.lease_owner).update(
-            lease_expires_at=timezone.now() + timedelta(seconds=lease_seconds()))
+            lease_expires_at=expires)
         if not renewed:
             raise LeaseLost(self.run_id)
+        run.lease_expires_at = expires
 
     def save_state(self, **fields: Any) -> None:
         """Updates the cursor (`state`) and counters, only while this worker holds the lease."""
@@ -131,11 +154,37 @@ class RunStore:
     # --- turns and model calls ------------------------------------------------------------------
 
     def turn(self, step_id: str | None) -> RunStep | None:
-        return RunStep.objects.filter(run_id=self.run_id, id=step_id).first() if step_id else None
+        if not step_id:
+            return None
+        if self._turn is None or str(self._turn.id) != str(step_id):
+            self._turn = RunStep.objects.filter(run_id=self.run_id, id=step_id).first()
+        return self._turn
+
+    def messages(self, turn: RunStep) -> list[ModelMessage]:
+        """The turn's history, parsed once per store (a fresh list: callers may append)."""
+        cached = self._history.get(str(turn.id))
+        if cached is None or cached[0] is not turn.messages:
+            cached = self._history[str(turn.id)] = (turn.messages, load_messages(turn.messages))
+        return list(cached[1])
+
+    def _dump(self, turn: RunStep, messages: list[ModelMessage]) -> None:
+        """Sets `turn.messages`, dumping only what was appended to the history this store knows."""
+        cached = self._history.get(str(turn.id))
+        known = cached[1] if cached is not None and cached[0] is turn.messages else []
+        if known and len(messages) >= len(known) and all(a is b for a, b in zip(known, messages, strict=False)):
+            dumped = [*turn.messages, *dump_messages(messages[len(known):])]
+        else:
+            dumped = dump_messages(messages)
+        turn.messages = dumped
+        self._history[str(turn.id)] = (dumped, list(messages))
 
     def _next_position(self) -> int:
-        last = RunStep.objects.filter(run_id=self.run_id).order_by("-position").values_list("position", flat=True)
-        return (last.first() or 0) + 1
+        """Called under the run row's lock, by the lease holder: the only writer of this run's steps."""
+        if self._position is None:
+            last = RunStep.objects.filter(run_id=self.run_id).order_by("-position").values_list("position", flat=True)
+            self._position = last.first() or 0
+        self._position += 1
+        return self._position
 
     def start_turn(self, *, agent: dict[str, Any], task: str, messages: list[ModelMessage],
                    state: dict[str, Any], hop: bool = True) -> RunStep:
@@ -145,13 +194,14 @@ class RunStore:
                 org_id=self.run.org_id, run_id=self.run_id, position=self._next_position(), kind=StepKind.AGENT,
                 agent_id=agent["id"], agent_name=agent["name"], task=task, status="running",
                 messages=dump_messages(messages), started_at=timezone.now())
+            self._history[str(turn.id)] = (turn.messages, list(messages))
             self.save_state(state={**state, "turn_id": str(turn.id)}, hops=self.run.hops + (1 if hop else 0))
             self.event("agent.started", step_id=str(turn.id), agent=agent["name"], agent_id=agent["id"], task=task)
         return turn
 
     def save_messages(self, turn: RunStep, messages: list[ModelMessage], **state: Any) -> None:
         with transaction.atomic():
-            turn.messages = dump_messages(messages)
+            self._dump(turn, messages)
             turn.save(update_fields=["messages", "updated_at"])
             if state:
                 self.save_state(state={**self.run.state, **state})
@@ -160,9 +210,15 @@ class RunStore:
         return turn.messages or []
 
     def model_calls(self, turn: RunStep) -> int:
-        return RunStep.objects.filter(parent=turn, kind=StepKind.LLM).count()
+        key = str(turn.id)
+        if key not in self._calls:
+            self._calls[key] = RunStep.objects.filter(parent=turn, kind=StepKind.LLM).count()
+        return self._calls[key]
 
     def last_model_call(self, turn: RunStep) -> RunStep | None:
+        cached = self._last_call.get(str(turn.id))
+        if cached is not None:
+            return cached
         return RunStep.objects.filter(parent=turn, kind=StepKind.LLM).order_by("-position").first()
 
     def record_model_call(self, *, turn: RunStep, messages: list[ModelMessage], response: ModelResponse,
@@ -171,6 +227,7 @@ class RunStore:
         usage = response.usage
         tokens_in, tokens_out, cached = usage.input_tokens or 0, usage.output_tokens or 0, usage.cache_read_tokens or 0
         text = response.text or ""
+        calls_before = self.model_calls(turn)
         with transaction.atomic():
             Run.objects.select_for_update().filter(id=self.run_id).first()
             record = costs.record_usage(org_id=self.run.org_id, run_id=self.run_id, crew_id=self.run.crew_id,
@@ -185,7 +242,7 @@ class RunStore:
                 cached_tokens=cached, cost_usd=record.cost_usd, price_source=record.price_source,
                 latency_ms=latency_ms, output=text[:4000], started_at=now - timedelta(milliseconds=latency_ms),
                 finished_at=now)
-            turn.messages = dump_messages(messages)
+            self._dump(turn, messages)
             turn.save(update_fields=["messages", "updated_at"])
             unknown = record.cost_usd is None
             Run.objects.filter(id=self.run_id).update(
@@ -197,13 +254,16 @@ class RunStore:
                        model=model, provider=provider, tokens_in=tokens_in, tokens_out=tokens_out,
                        cached_tokens=cached, cost_usd=None if unknown else str(record.cost_usd),
                        latency_ms=latency_ms, tool_calls=len(calls))
+            rows = []
             for position, call in enumerate(calls):
                 row = ToolCall.objects.create(org_id=self.run.org_id, run_id=self.run_id, step=step,
                                               position=position, **call)
+                rows.append(row)
                 self.event("tool.requested", tool_call_id=str(row.id), step_id=str(step.id), tool=row.qualified_name,
                            args_hash=row.args_hash)
-        self.refresh()
-        return step
+        self._calls[str(turn.id)] = calls_before + 1
+        self._last_call[str(turn.id)], self._rows[str(step.id)] = step, rows
+        return step  # self.run's counters are re-read by the next step's refresh
 
     def finish_turn(self, turn: RunStep, *, status: str, reason: str, output: str, state: dict[str, Any]) -> None:
         with transaction.atomic():
@@ -216,6 +276,10 @@ class RunStore:
     # --- the ledger -----------------------------------------------------------------------------
 
     def ledger(self, step: RunStep) -> list[ToolCall]:
+        """The call's rows: as this store created them (set_call keeps them current), or from the table."""
+        cached = self._rows.get(str(step.id))
+        if cached is not None:
+            return list(cached)
         return list(ToolCall.objects.filter(step=step).select_related("approval").order_by("position"))
 
     def count_calls(self) -> int:
@@ -305,9 +369,13 @@ class RunStore:
     def connection_spec(self, agent: dict[str, Any]) -> ConnectionSpec:
         """The agent's connection with its key decrypted now (keys never enter the snapshot)."""
         conn = agent["connection"]
-        live = LlmConnection.objects.filter(org_id=self.run.org_id, id=conn["id"]).first()
-        return ConnectionSpec(provider=conn["provider"], base_url=(live.base_url if live else conn["base_url"]),
-                              api_key=(live.api_key if live else None))
+        if str(conn["id"]) not in self._connections:  # once per task (a few seconds): a rotated key applies next task
+            live = LlmConnection.objects.filter(org_id=self.run.org_id, id=conn["id"]).first()
+            self._connections[str(conn["id"])] = ConnectionSpec(
+                provider=conn["provider"], base_url=(live.base_url if live else conn["base_url"]),
+                api_key=(live.api_key if live else None))
+        return self._connections[str(conn["id"])]
 
     def run_cost(self) -> Decimal | None:
-        return Run.objects.filter(id=self.run_id).values_list("cost_usd", flat=True).first()
+        """The run's cost as of this step's `refresh` (this worker is the only one adding to it)."""
+        return self.run.cost_usd

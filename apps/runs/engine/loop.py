@@ -19,7 +19,6 @@ from apps.runs.engine.errors import StopRun
 from apps.runs.engine.model import call_model, offered_tools
 from apps.runs.engine.process import ROUTING, end_turn, start_next
 from apps.runs.engine.tools import answers, resolve_calls
-from apps.runs.store import load_messages
 
 STEPS_PER_TASK = 25  # then the task re-enqueues itself: no task comes near the broker's visibility timeout
 TASK_SECONDS = 30.0
@@ -53,7 +52,7 @@ def step(store: Any) -> str:
     if turn is None:
         return start_next(store)
     agent = run.snapshot["agents"][str(turn.agent_id)]
-    messages = load_messages(turn.messages)
+    messages = store.messages(turn)
     last = messages[-1]
     if isinstance(last, ModelResponse):
         if any(isinstance(p, ToolCallPart) for p in last.parts):

@@ -1,0 +1,159 @@
+"""The "ours" column of bench/run.py for the engine: Airlock's run engine with the scripted model and a trivial
+tool, every step committed to Postgres. Imported by bench/run.py after Django is set up on the bench database.
+
+- `setup()` migrates, creates an org, the `bench` stdio MCP server (bench/lookup_server.py: `lookup(n)`
+  returns 2 KB of text, a read the grant allows without a person), a scripted connection, and per size a
+  sequential crew of one agent whose script calls `bench.lookup` n = 0 .. size-1, one call per model turn,
+  then says done; plus a crew whose tool needs a person's approval (the resume metric).
+- `steps(...)` runs each crew inline with `services.start_run` + `services.drive_run` (the same engine a
+  worker runs, in this process; the MCP session stays open in this process's pool, as in a warm worker)
+  and records the time between consecutive model calls, the same interval the LangGraph side records.
+- `stored_bytes(run_id)`: pg_column_size of every row the run left (run, steps, ledger, events, usage,
+  audit, approvals).
+"""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL_CALLS: list[float] = []
+
+
+@dataclass
+class Setup:
+    org_id: str
+    owner_id: int
+    user_id: int
+    crews: dict[int, str]  # steps -> crew id
+    hold_crew: str
+    server_id: str
+
+
+def _script(size: int) -> list[dict]:
+    return [*({"call": [{"tool": "bench.lookup", "args": {"n": n}}]} for n in range(size)),
+            {"say": "done\nSTATUS: done\nREASON: all looked up"}]
+
+
+def setup(sizes: list[int]) -> Setup:
+    from apps.accounts import services as accounts
+    from apps.accounts.actors import member_actor
+    from apps.accounts.models import Membership
+    from apps.agents import services as agents
+    from apps.agents.models import Agent
+    from apps.crews import services as crews
+    from apps.registry import services as registry
+
+    user = accounts.ensure_user(email="bench@example.com", password="bench-password-123")
+    org, _, _ = accounts.create_organization(name="Bench", owner_email=user.email)
+    owner = Membership.objects.select_related("user", "org").get(org=org, role="owner")
+    actor = member_actor(owner)
+    server = registry.create_server(actor=actor, name="bench", transport="stdio", trust_tier="internal",
+                                    command=sys.executable, args=["-m", "bench.lookup_server"], cwd=str(ROOT),
+                                    sync=False)
+    report = registry.sync_server(actor=actor, server_id=server.id)
+    assert report.status == "ok", report.error
+    connection = agents.create_connection(actor=actor, name="Scripted", provider="scripted")
+    crew_ids = {}
+    for size in sizes:
+        agent = agents.create_agent(actor=actor, name=f"Looker {size}", connection_id=connection.id,
+                                    script=_script(size), grants=[{"tool": "bench.lookup", "policy": "auto"}])
+        # the product caps a turn at 100 model calls; the 100-step run needs 101 (100 calls and the answer)
+        Agent.objects.filter(id=agent.id).update(max_steps=size + 1)
+        crew = crews.create_crew(actor=actor, name=f"Steps {size}", process="sequential", max_tool_calls=1000,
+                                 timeout_s=3600, tasks=[{"name": "look", "agent_id": agent.id,
+                                                         "description": "Look everything up."}])
+        crew_ids[size] = str(crew.id)
+    holder = agents.create_agent(actor=actor, name="Holder", connection_id=connection.id, script=_script(1),
+                                 grants=[{"tool": "bench.lookup", "policy": "approve"}])
+    hold = crews.create_crew(actor=actor, name="Held", process="sequential",
+                             tasks=[{"name": "look", "agent_id": holder.id, "description": "Look it up."}])
+    return Setup(org_id=str(org.id), owner_id=owner.id, user_id=user.id, crews=crew_ids, hold_crew=str(hold.id),
+                 server_id=str(server.id))
+
+
+def _instrument() -> None:
+    """Stamps every scripted model call (the engine looks `play_turn` up at call time)."""
+    from apps.agents import scripted
+
+    if getattr(scripted.play_turn, "_bench", False):
+        return
+    original = scripted.play_turn
+
+    def play_turn(*args, **kwargs):
+        MODEL_CALLS.append(time.perf_counter())
+        return original(*args, **kwargs)
+
+    play_turn._bench = True
+    scripted.play_turn = play_turn
+
+
+def actor_for(s: Setup):
+    from apps.accounts.actors import member_actor
+    from apps.accounts.models import Membership
+
+    return member_actor(Membership.objects.select_related("user", "org").get(id=s.owner_id))
+
+
+def one_run(s: Setup, size: int) -> tuple[str, float, list[float]]:
+    """(run id, total ms, step intervals in ms) of one run of `size` steps, inline."""
+    from apps.runs import services
+
+    _instrument()
+    MODEL_CALLS.clear()
+    started = time.perf_counter()
+    run = services.start_run(actor=actor_for(s), crew_id=s.crews[size], inputs={}, enqueue=False)
+    run = services.drive_run(run_id=run.id, max_tasks=1000)
+    total = (time.perf_counter() - started) * 1000
+    assert run.status == "succeeded", (run.status, run.error)
+    assert len(MODEL_CALLS) == size + 1, len(MODEL_CALLS)
+    return str(run.id), total, [(b - a) * 1000 for a, b in itertools.pairwise(MODEL_CALLS)]
+
+
+BYTES_SQL = """
+SELECT (SELECT coalesce(sum(pg_column_size(r.*)), 0) FROM runs_run r WHERE r.id = %(r)s)
+     + (SELECT coalesce(sum(pg_column_size(s.*)), 0) FROM runs_runstep s WHERE s.run_id = %(r)s)
+     + (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM runs_toolcall t WHERE t.run_id = %(r)s)
+     + (SELECT coalesce(sum(pg_column_size(e.*)), 0) FROM runs_runevent e WHERE e.run_id = %(r)s)
+     + (SELECT coalesce(sum(pg_column_size(u.*)), 0) FROM costs_usagerecord u WHERE u.run_id = %(r)s)
+     + (SELECT coalesce(sum(pg_column_size(a.*)), 0) FROM audit_auditevent a WHERE a.target_id = %(r)s::text)
+     + (SELECT coalesce(sum(pg_column_size(p.*)), 0) FROM approvals_approvalrequest p WHERE p.run_id = %(r)s)
+"""
+ROWS_SQL = """
+SELECT (SELECT count(*) FROM runs_runstep WHERE run_id = %(r)s), (SELECT count(*) FROM runs_toolcall
+        WHERE run_id = %(r)s), (SELECT count(*) FROM runs_runevent WHERE run_id = %(r)s),
+       (SELECT count(*) FROM costs_usagerecord WHERE run_id = %(r)s)
+"""
+
+
+def stored_bytes(run_id: str) -> tuple[int, dict[str, int]]:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(BYTES_SQL, {"r": run_id})
+        total = int(cursor.fetchone()[0])
+        cursor.execute(ROWS_SQL, {"r": run_id})
+        rows = dict(zip(("runs_runstep", "runs_toolcall", "runs_runevent", "costs_usagerecord"), cursor.fetchone(),
+                        strict=True))
+    return total, rows
+
+
+def steps(s: Setup, sizes: list[int], passes: int, bytes_size: int) -> dict:
+    out: dict = {"sizes": {}}
+    one_run(s, min(sizes))  # warm: the MCP session opens, imports and caches load
+    for size in sizes:
+        intervals, totals, stored, rows = [], [], [], None
+        for _ in range(passes):
+            run_id, total, steps_ms = one_run(s, size)
+            intervals += steps_ms
+            totals.append(total)
+            size_bytes, rows = stored_bytes(run_id)
+            stored.append(size_bytes)
+        out["sizes"][str(size)] = {"step_ms": intervals, "run_ms": totals, "bytes": stored}
+        if size == bytes_size:
+            out["bytes"] = {"size": size, "per_run": stored, "rows": rows}
+    return out

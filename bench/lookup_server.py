@@ -1,0 +1,27 @@
+"""The trivial tool of the per-step benchmark as an MCP stdio server: `lookup(n)` returns 2 KB of text.
+
+    python -m bench.lookup_server
+
+A read (read-only hint), plain text (no structured output), no I/O: what is measured around it is
+the platform. The LangGraph side calls the same function (bench.payload.lookup_result) in-process.
+"""
+
+from __future__ import annotations
+
+from mcp.server import MCPServer
+from mcp.types import ToolAnnotations
+
+from bench.payload import lookup_result
+
+mcp = MCPServer("bench-lookup", version="1.0.0")
+
+
+@mcp.tool(title="Look up", structured_output=False, annotations=ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False))
+def lookup(n: int) -> str:
+    """Returns record n (2 KB of text)."""
+    return lookup_result(n)
+
+
+if __name__ == "__main__":
+    mcp.run("stdio")

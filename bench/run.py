@@ -1,0 +1,386 @@
+"""Airlock's benchmark: one command, our numbers side by side with the peers', measured in the same run.
+
+    .venv/bin/python bench/run.py [--quick] [--only NAME[,NAME]] [--passes N]
+
+NAME: steps (per-step overhead and its flatness), bytes (stored per run), approval (decision -> approved
+call started), events (commit -> websocket frame, burst, publish cost), gateway (bench/gateway.py),
+history (bench/history.py), memory (worker RSS). `--quick` is a smoke mode (small sizes, few passes).
+
+It builds its own environment for the comparisons (var/bench/venv with bench/requirements.txt: LangGraph +
+langgraph-checkpoint-postgres; the comparison runs there as a subprocess printing JSON), uses dedicated
+databases on DATABASE_URL's server (`airlock_bench_run` for us, `airlock_bench_langgraph` for LangGraph;
+dropped and recreated each time) and Redis database 14 of REDIS_URL's server, and prints one table:
+metric, ours, theirs, ratio, target, pass/fail. Each figure is the median of its samples (all steps of
+all passes, or one sample per pass), with min and p95 in the JSON written to bench/results/<timestamp>.json.
+The machine is shared and noisy: absolute numbers drift between runs, the ratios (both sides measured
+in the same run, alternating) are what the targets are about. Not part of the test suite. docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import itertools
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / "var" / "bench" / "venv"
+REQUIREMENTS = ROOT / "bench" / "requirements.txt"
+RESULTS = ROOT / "bench" / "results"
+OURS_DB, THEIRS_DB = "airlock_bench_run", "airlock_bench_langgraph"
+METRICS = ("steps", "bytes", "approval", "events", "gateway", "history", "memory")
+
+sys.path.insert(0, str(ROOT))
+
+
+# --- statistics ------------------------------------------------------------------------------------------
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
+
+
+def summary(values: list[float]) -> dict:
+    if not values:
+        return {"n": 0}
+    return {"n": len(values), "median": round(statistics.median(values), 3), "min": round(min(values), 3),
+            "p95": round(quantile(values, 0.95), 3)}
+
+
+# --- environment -----------------------------------------------------------------------------------------
+
+def ensure_venv() -> Path:
+    """var/bench/venv with bench/requirements.txt installed (again when the file changes)."""
+    python = VENV / "bin" / "python"
+    digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
+    marker = VENV / ".requirements.sha256"
+    if python.exists() and marker.exists() and marker.read_text() == digest:
+        return python
+    print(f"setting up {VENV.relative_to(ROOT)} (LangGraph and its Postgres checkpointer) ...", flush=True)
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
+    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r",
+                    str(REQUIREMENTS)], check=True)
+    marker.write_text(digest)
+    return python
+
+
+def database_urls() -> tuple[str, str, str]:
+    """(admin URL, ours, theirs) on DATABASE_URL's server; both databases fresh."""
+    import psycopg
+
+    url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/airlock"
+    if not url.startswith("postgres"):
+        sys.exit("bench/run.py needs Postgres (DATABASE_URL=postgres://...): the comparison is about Postgres.")
+    parsed = urlparse(url)
+    admin = urlunparse(parsed._replace(path="/postgres"))
+    with psycopg.connect(admin, autocommit=True) as conn:
+        for name in (OURS_DB, THEIRS_DB):
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{name}"')
+    return (url, urlunparse(parsed._replace(path=f"/{OURS_DB}")),
+            urlunparse(parsed._replace(path=f"/{THEIRS_DB}")))
+
+
+def bench_redis() -> str:
+    url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+    return urlunparse(urlparse(url)._replace(path="/14"))
+
+
+def configure(ours_url: str) -> None:
+    """Settings for this process and the worker/web processes it starts: production-like (DEBUG off)."""
+    from cryptography.fernet import Fernet
+
+    os.environ.update({
+        "DATABASE_URL": ours_url, "REDIS_URL": bench_redis(), "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "SECURE_SSL_REDIRECT": "0", "AIRLOCK_CHANNEL_PREFIX": "airlock-bench",
+    })
+    os.environ.setdefault("AIRLOCK_ENCRYPTION_KEY", Fernet.generate_key().decode())
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    os.chdir(ROOT)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    import redis
+
+    redis.Redis.from_url(bench_redis()).flushdb()
+
+
+def theirs(python: Path, db: str, mode: str, **options) -> dict:
+    argv = [str(python), str(ROOT / "bench" / "langgraph_side.py"), mode, "--db", db]
+    for key, value in options.items():
+        argv += [f"--{key.replace('_', '-')}", str(value)]
+    done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+    if done.returncode:
+        raise RuntimeError(f"langgraph_side {mode} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def merge(into: dict, part: dict) -> None:
+    for size, values in part["sizes"].items():
+        slot = into.setdefault("sizes", {}).setdefault(size, {"step_ms": [], "run_ms": [], "bytes": []})
+        slot["step_ms"] += values["step_ms"]
+        slot["run_ms"] += values["run_ms"]
+        slot["bytes"] += values.get("bytes", [])
+    if "bytes" in part:
+        into.setdefault("bytes", {"per_run": []})["per_run"] += part["bytes"]["per_run"]
+        into["bytes"]["rows"] = part["bytes"]["rows"]
+
+
+# --- the table -------------------------------------------------------------------------------------------
+
+class Table:
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+
+    def add(self, metric: str, ours, theirs=None, *, target: str, ok: bool | None, unit: str = "",
+            ratio: float | None = None, note: str = "", compare: bool = True) -> None:
+        if compare and ratio is None and isinstance(ours, int | float) and isinstance(theirs, int | float) and theirs:
+            ratio = ours / theirs
+        self.rows.append({"metric": metric, "ours": ours, "theirs": theirs, "ratio": ratio, "target": target,
+                          "pass": ok, "unit": unit, "note": note})
+
+    @staticmethod
+    def _fmt(value, unit: str) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, float):
+            return f"{value:,.2f}{unit}" if abs(value) < 1000 else f"{value:,.0f}{unit}"
+        if isinstance(value, int):
+            return f"{value:,}{unit}"
+        return str(value)
+
+    def render(self) -> str:
+        head = f"{'metric':<46} {'ours':>14} {'theirs':>14} {'ratio':>7}  {'target':<18} result"
+        lines = [head, "-" * len(head)]
+        for r in self.rows:
+            result = {True: "PASS", False: "FAIL", None: "info"}[r["pass"]]
+            ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}"
+            lines.append(f"{r['metric']:<46} {self._fmt(r['ours'], r['unit']):>14} "
+                         f"{self._fmt(r['theirs'], r['unit']):>14} {ratio:>7}  {r['target']:<18} {result}")
+        return "\n".join(lines)
+
+
+# --- the metrics -----------------------------------------------------------------------------------------
+
+def run_steps(args, python, theirs_db, setup, report, table) -> None:
+    from bench import engine
+
+    sizes = [5, 20] if args.quick else [5, 20, 100]
+    passes = args.passes or (2 if args.quick else 5)
+    rounds = 1 if args.quick else 2  # theirs, ours, theirs, ours: both sides see the same machine
+    ours_data, theirs_data = {}, {}
+    for _ in range(rounds):
+        merge(theirs_data, theirs(python, theirs_db, "steps", sizes=",".join(map(str, sizes)), passes=passes,
+                                  bytes_size=20))
+        merge(ours_data, engine.steps(setup, sizes, passes, 20))
+    report["steps"] = {"ours": {k: {"step_ms": summary(v["step_ms"]), "run_ms": summary(v["run_ms"])}
+                                for k, v in ours_data["sizes"].items()},
+                       "theirs": {k: {"step_ms": summary(v["step_ms"]), "run_ms": summary(v["run_ms"])}
+                                  for k, v in theirs_data["sizes"].items()},
+                       "tool": "bench.lookup over stdio MCP, session warm in this process's pool"}
+    o20, t20 = ours_data["sizes"]["20"]["step_ms"], theirs_data["sizes"]["20"]["step_ms"]
+    om, tm = statistics.median(o20), statistics.median(t20)
+    op, tp = quantile(o20, 0.95), quantile(t20, 0.95)
+    table.add("per-step overhead, 20 steps (median)", om, tm, unit=" ms", target="ratio <= 0.75",
+              ok=om / tm <= 0.75)
+    table.add("per-step overhead, 20 steps (p95)", op, tp, unit=" ms", target="ratio <= 1.0", ok=op / tp <= 1.0)
+    for size in sizes:
+        if str(size) != "20":
+            o, t = (statistics.median(d["sizes"][str(size)]["step_ms"]) for d in (ours_data, theirs_data))
+            table.add(f"per-step overhead, {size} steps (median)", o, t, unit=" ms", target="info", ok=None)
+    first, last = str(min(sizes)), str(max(sizes))
+    flat = statistics.median(ours_data["sizes"][last]["step_ms"]) / statistics.median(
+        ours_data["sizes"][first]["step_ms"])
+    flat_theirs = statistics.median(theirs_data["sizes"][last]["step_ms"]) / statistics.median(
+        theirs_data["sizes"][first]["step_ms"])
+    table.add(f"per-step flatness ({last} vs {first} steps)", flat, flat_theirs, compare=False,
+              target="ours <= 1.25", ok=flat <= 1.25)
+    report["_bytes"] = (ours_data, theirs_data)
+
+
+def run_bytes(args, python, theirs_db, setup, report, table) -> None:
+    from bench import engine
+
+    if "_bytes" not in report:  # --only bytes: just the 5- and 20-step runs
+        ours_data, theirs_data = {}, {}
+        merge(theirs_data, theirs(python, theirs_db, "steps", sizes="5,20", passes=2, bytes_size=20))
+        merge(ours_data, engine.steps(setup, [5, 20], 2, 20))
+        report["_bytes"] = (ours_data, theirs_data)
+    ours_data, theirs_data = report.pop("_bytes")
+    o, t = statistics.median(ours_data["bytes"]["per_run"]), statistics.median(theirs_data["bytes"]["per_run"])
+    by_size = {side: {k: int(statistics.median(v["bytes"])) for k, v in data["sizes"].items() if v["bytes"]}
+               for side, data in (("ours", ours_data), ("theirs", theirs_data))}
+    report["bytes"] = {"ours": {**summary(ours_data["bytes"]["per_run"]), "rows": ours_data["bytes"]["rows"]},
+                       "theirs": {**summary(theirs_data["bytes"]["per_run"]), "rows": theirs_data["bytes"]["rows"]},
+                       "by_size": by_size}
+    table.add("bytes stored per run (20 steps, 2 KB results)", int(o), int(t), target="ratio <= 0.1",
+              ok=o / t <= 0.1)
+    sizes = sorted(by_size["ours"], key=int)
+    for side in ("ours", "theirs"):
+        per = [(by_size[side][b] - by_size[side][a]) / (int(b) - int(a)) for a, b in itertools.pairwise(sizes)]
+        report["bytes"][f"{side}_per_step"] = [int(x) for x in per]
+    ours_per, theirs_per = report["bytes"]["ours_per_step"], report["bytes"]["theirs_per_step"]
+    table.add(f"bytes per added step ({'-'.join(sizes)} steps)", int(ours_per[-1]), int(theirs_per[-1]),
+              target="info", ok=None)
+    growth = ours_per[-1] / ours_per[0]
+    table.add("bytes per step: later steps / earlier", growth, theirs_per[-1] / theirs_per[0], compare=False,
+              target="ours 0.9-1.1", ok=0.9 <= growth <= 1.1)
+
+
+def run_approval(args, python, theirs_db, setup, report, table, worker) -> None:
+    from bench import live
+
+    samples = args.passes or (5 if args.quick else 20)
+    t = theirs(python, theirs_db, "resume", passes=samples)["resume_ms"]
+    o = live.approval(setup, samples=samples)["decide_to_dispatch_ms"]
+    report["approval"] = {"ours": summary(o), "theirs": summary(t),
+                          "ours_path": "decide_approval -> resume_run via Redis -> warm worker -> dispatched"}
+    table.add("approval decided -> approved call started", statistics.median(o), statistics.median(t),
+              unit=" ms", target="ratio <= 1.0", ok=statistics.median(o) / statistics.median(t) <= 1.0)
+
+
+def run_events(args, setup, report, table) -> None:
+    from bench import live
+
+    samples = 30 if args.quick else 200
+    data = live.events(setup, samples=samples, burst=500)
+    report["events"] = {"layer": data["layer"], "ours_ms": summary(data["event_ms"]),
+                        "floor_ms": summary(data["floor_ms"]), "publish_ms": summary(data["publish_ms"]),
+                        "burst": data["burst"]}
+    op, fp = quantile(data["event_ms"], 0.95), quantile(data["floor_ms"], 0.95)
+    table.add("run event commit -> websocket frame (p95)", op, fp, unit=" ms", target="<= 1.5x floor",
+              ok=op / fp <= 1.5, note="theirs = bare group_send -> frame")
+    table.add("run event commit -> websocket frame (median)", statistics.median(data["event_ms"]),
+              statistics.median(data["floor_ms"]), unit=" ms", target="info", ok=None)
+    burst = data["burst"]
+    table.add("500-event burst: received complete, in order", f"{burst['received']}/{burst['events']}",
+              target="all, in order", ok=burst["complete"] and burst["in_order"] and not burst["duplicates"])
+    pub = quantile(data["publish_ms"], 0.95)
+    table.add("publish cost on the worker's path (p95)", pub, unit=" ms", target="<= 0.8 ms", ok=pub <= 0.8)
+
+
+def run_gateway(args, admin_url, report, table) -> None:
+    out = ROOT / "var" / "bench" / "gateway-run.json"
+    calls = 100 if args.quick else 1000
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.gateway import main; "
+            f"main(['--calls', '{calls}', '--out', {str(out)!r}])")
+    env = {**os.environ, "DATABASE_URL": admin_url, "DJANGO_SETTINGS_MODULE": "config.settings", "DEBUG": "1"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"bench.gateway failed:\n{done.stderr[-3000:]}")
+    data = json.loads(out.read_text())
+    report["gateway"] = data
+    table.add("gateway tools/call vs direct stdio (p50)", data["gateway"]["p50_ms"], data["direct"]["p50_ms"],
+              unit=" ms", target="ratio <= 2.5", ok=data["p50_ratio"] <= 2.5)
+
+
+def run_history(args, admin_url, report, table) -> None:
+    if not (ROOT / "bench" / "history.py").exists():
+        table.add("history queries at 100k runs / 1M events", "not built", target="p95 < 150 ms", ok=None,
+                  note="slot for bench/history.py")
+        return
+    out = ROOT / "var" / "bench" / "history-run.json"
+    size = ["--runs", "2000", "--events", "20000", "--calls", "20000", "--samples", "10"] if args.quick else []
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.history import main; "
+            f"main({[*size, '--out', str(out), '--no-plans']!r})")
+    env = {**os.environ, "DATABASE_URL": admin_url, "DJANGO_SETTINGS_MODULE": "config.settings"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"bench.history failed:\n{done.stderr[-3000:]}")
+    data = json.loads(out.read_text())
+    report["history"] = data
+    scale = f"{data['loaded'].get('runs', '?'):,} runs" if isinstance(data.get("loaded"), dict) else ""
+    for row in data["results"]:
+        table.add(f"history: {row['query']} (p95)"[:46], row["p95_ms"], unit=" ms", target="< 150 ms",
+                  ok=row["p95_ms"] < 150, note=scale)
+
+
+def run_memory(args, setup, report, table, worker) -> None:
+    from bench import live
+
+    checkpoints = [20, 60] if args.quick else [100, 500, 1000]
+    data = live.memory(setup, worker, checkpoints=checkpoints)
+    report["memory"] = data
+    first, last = data["samples"][0], data["samples"][-1]
+    table.add(f"worker RSS after {first['runs']} runs", first["child_mb"], unit=" MB", target="<= 150 MB",
+              ok=first["child_mb"] <= 150, note="the prefork child that runs the engine")
+    growth = last["child_mb"] - first["child_mb"]
+    table.add(f"worker RSS growth {first['runs']} -> {last['runs']} runs", growth, unit=" MB",
+              target="<= 5 MB (none)", ok=growth <= 5)
+
+
+# --- main ------------------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a small smoke run")
+    parser.add_argument("--only", default="", help=f"comma-separated subset of {', '.join(METRICS)}")
+    parser.add_argument("--passes", type=int, default=0, help="passes per figure (default 5, --quick 2)")
+    args = parser.parse_args(argv)
+    only = [m for m in args.only.split(",") if m] or list(METRICS)
+    unknown = set(only) - set(METRICS)
+    if unknown:
+        parser.error(f"unknown metric(s): {', '.join(sorted(unknown))}")
+    started = time.monotonic()
+    needs_theirs = bool({"steps", "bytes", "approval"} & set(only))
+    python = ensure_venv() if needs_theirs else None
+    admin_url, ours_db, theirs_db = database_urls()
+    configure(ours_db)
+    from bench import engine
+
+    sizes = [5, 20] if args.quick else [5, 20, 100]
+    setup = engine.setup([1, *sizes])
+    report: dict = {"started": datetime.now(UTC).isoformat(), "quick": args.quick, "metrics": only,
+                    "machine": {"cpus": os.cpu_count(), "load": os.getloadavg()}}
+    table = Table()
+    if "steps" in only:
+        run_steps(args, python, theirs_db, setup, report, table)
+    if "bytes" in only:
+        run_bytes(args, python, theirs_db, setup, report, table)
+    report.pop("_bytes", None)
+    if {"approval", "memory"} & set(only):
+        from bench import live
+
+        with live.celery_worker() as worker:
+            if "approval" in only:
+                run_approval(args, python, theirs_db, setup, report, table, worker)
+            if "memory" in only:
+                run_memory(args, setup, report, table, worker)
+    if "events" in only:
+        run_events(args, setup, report, table)
+    if "gateway" in only:
+        run_gateway(args, admin_url, report, table)
+    if "history" in only:
+        run_history(args, admin_url, report, table)
+    report["table"] = table.rows
+    report["seconds"] = round(time.monotonic() - started, 1)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    out.write_text(json.dumps(report, indent=2, default=str))
+    print()
+    print(table.render())
+    print(f"\n{'quick ' if args.quick else ''}run in {report['seconds']} s; load average "
+          f"{report['machine']['load'][0]:.1f} on {report['machine']['cpus']} CPUs; results: "
+          f"{out.relative_to(ROOT)}")
+    from apps.registry.pool import pool
+
+    pool.close_all()
+    return report
+
+
+if __name__ == "__main__":
+    report = main()
+    sys.exit(0 if all(r["pass"] is not False for r in report["table"]) else 1)
