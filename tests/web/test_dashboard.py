@@ -144,16 +144,26 @@ def test_htmx_gets_only_the_tiles(client, owner):
 
 @pytest.mark.django_db(transaction=True)
 def test_the_dashboard_socket_sends_the_tiles_and_re_renders_them_on_org_events(owner, outsider):
-    from tests.web.test_realtime import _connect, session_cookie
+    from channels.testing.websocket import WebsocketCommunicator
+    from django.conf import settings
+
+    from config.asgi import application
+    from tests.web.test_realtime import session_cookie
+
+    async def _connect(path: str, cookie: str):
+        headers = [(b"origin", b"http://testserver"), (b"host", b"testserver"),
+                   (b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode())]
+        communicator = WebsocketCommunicator(application, path, headers=headers)
+        return communicator, await communicator.connect(timeout=20)
 
     cookie = session_cookie(owner)
     tools = order_desk(owner.org)
 
     async def scenario():
         refused, _ = await _connect(f"/ws/dashboard/{owner.org_id}/", session_cookie(outsider))
-        closing = await refused.receive_output()
+        closing = await refused.receive_output(timeout=20)
         communicator, _ = await _connect(f"/ws/dashboard/{owner.org_id}/", cookie)
-        first = await communicator.receive_from()
+        first = await communicator.receive_from(timeout=20)
         import asyncio
 
         from channels.db import database_sync_to_async
