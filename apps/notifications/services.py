@@ -22,6 +22,7 @@ import json
 import re
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -208,7 +209,7 @@ def deliver(*, delivery_id: UUID | str) -> str:
                "X-Airlock-Signature": sign(delivery.webhook.secret["key"], timestamp, body)}
     status_code, error = None, ""
     try:
-        status_code = asyncio.run(_post(delivery.webhook.url, body, headers))
+        status_code = _run_async(lambda: _post(delivery.webhook.url, body, headers))
         if not 200 <= status_code < 300:
             error = f"The receiver answered HTTP {status_code}."
     except Exception as exc:  # refused by the egress guard, connection errors, timeouts
@@ -222,6 +223,16 @@ def deliver(*, delivery_id: UUID | str) -> str:
         fields.update(next_attempt_at=timezone.now() + backoff(delivery.attempts))
     WebhookDelivery.objects.filter(id=delivery.id).update(**fields)
     return fields.get("status", DeliveryStatus.PENDING)
+
+
+def _run_async(make_coroutine):
+    """Runs a coroutine to completion from sync code, on its own thread when this one already runs a loop."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make_coroutine())
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(make_coroutine())).result()
 
 
 async def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
