@@ -3,7 +3,8 @@
 Budget alerts: after each usage row, every budget the call counts against is compared with its
 thresholds; a threshold crossed for the first time in the period writes a `BudgetAlert`, an
 audit row, an org realtime event `budget.threshold` and calls each of `BUDGET_NOTIFIERS` (the
-hook for webhook notifications) after commit.
+other notifiers) after commit; webhooks and email go through `apps.notifications.services.notify`
+(event `budget.alert`).
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from apps.core.realtime import org_group, publish_after_commit
 from apps.costs import selectors
 from apps.costs.models import DEFAULT_THRESHOLDS, Budget, BudgetAlert, BudgetScope, ModelPrice, UsageRecord
 from apps.costs.pricing import price_call
+from apps.notifications import services as notifications
 
 logger = logging.getLogger(__name__)
 
-# Called after commit with each new BudgetAlert. The webhooks/notifications module appends its sender here.
+# Called after commit with each new BudgetAlert, for anything beyond notifications' webhooks and email.
 BUDGET_NOTIFIERS: list[Callable[[BudgetAlert], None]] = []
 
 
@@ -173,6 +175,10 @@ def _announce(alert: BudgetAlert) -> None:
                                                  "amount_usd": str(budget.amount_usd)})
     publish_after_commit(org_group(budget.org_id), "budget.threshold", budget_id=str(budget.id),
                          threshold=alert.threshold, scope=budget.scope, period=alert.period)
+    notifications.notify(org_id=budget.org_id, event="budget.alert", payload={
+        "budget_id": str(budget.id), "scope": budget.scope, "target": budget.target_label,
+        "threshold": alert.threshold, "period": alert.period, "spent_usd": str(alert.spent_usd),
+        "amount_usd": str(budget.amount_usd)})  # webhooks and email, sent after commit
     transaction.on_commit(lambda: _notify(alert))
 
 

@@ -146,3 +146,21 @@ def test_admins_manage_prices_and_budgets_on_the_costs_page(client, org, owner, 
     assert "$0.00 of $250.00 (0 %)" in client.get("/costs/").content.decode()
     client.force_login(viewer.user)
     assert client.post("/costs/budgets/", {"scope": "org", "amount_usd": "1"}).status_code == 403
+
+
+def test_a_crossed_threshold_reaches_the_orgs_webhooks_once(org, owner):
+    from apps.notifications import services as notifications
+    from apps.notifications.models import Notification
+
+    actor = member_actor(owner)
+    notifications.create_webhook(actor=actor, name="ops", url="https://hooks.example.com/airlock",
+                                 events=["budget.alert"])
+    services.set_model_price(actor=actor, model="my-llama", input_per_mtok=Decimal(1000), output_per_mtok=Decimal(0),
+                             effective_from=NOW - timedelta(days=1))
+    services.set_budget(actor=actor, scope="org", amount_usd="1", thresholds=[50])
+    for _ in range(3):  # $0.60 each: the first crosses 50 %, the second 100 %, the third nothing new
+        services.record_usage(org_id=org.id, provider="openai_compatible", model="my-llama", input_tokens=600,
+                              output_tokens=0)
+    sent = Notification.objects.filter(org=org, event="budget.alert").order_by("created_at")
+    assert [n.payload["threshold"] for n in sent] == [50, 100]
+    assert sent[1].payload["spent_usd"] == "1.20000000" and sent[1].payload["amount_usd"] == "1.0000"
