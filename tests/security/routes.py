@@ -21,10 +21,13 @@ from apps.accounts import services as accounts
 from apps.accounts.actors import member_actor
 from apps.accounts.models import Membership
 from apps.approvals import services as approvals
+from apps.approvals import standing
+from apps.approvals.models import ApprovalRequest
 from apps.core.models import TenantModel
 from apps.costs import services as costs
 from apps.crews import services as crews
 from apps.gateway import services as gateway
+from apps.notifications import services as notifications
 from apps.registry.models import McpServer
 from apps.runs import services as runs
 from tests.agents.factories import make_agent, order_desk, scripted_connection
@@ -191,6 +194,11 @@ def populate(org) -> Victim:
                               target_label=f"{MARKER} crew")
     key, _raw = gateway.create_key(actor=owner_actor, name=f"{MARKER} key", agent_id=agent.id)
     ids.update(price_id=str(price.id), budget_id=str(budget.id), key_id=str(key.id))
+    approval = ApprovalRequest.objects.get(id=ids["approval_id"])
+    ids["standing_id"] = str(standing.create_standing(actor=owner_actor, request=approval, scope="run").id)
+    webhook, _secret = notifications.create_webhook(actor=owner_actor, name=f"{MARKER} hook",
+                                                    url="http://127.0.0.1:9/hook", events=["run.finished"])
+    ids["webhook_id"] = str(webhook.id)
     return Victim(org=org, owner=owner_of(org), ids=ids)
 
 

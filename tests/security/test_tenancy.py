@@ -22,7 +22,9 @@ from tests.security import routes
 pytestmark = pytest.mark.django_db
 
 PAGES = routes.pages()
-OPERATIONS = routes.operations()
+SCHEMA = routes.openapi_schema()
+OPERATIONS = routes.operations(SCHEMA)
+COMPONENTS = SCHEMA.get("components", {}).get("schemas", {})
 NOT_A_LEAK = {404, 405}  # 405: the method is refused before any lookup
 
 
@@ -80,8 +82,7 @@ def test_another_orgs_ids_are_not_found_on_pages(page, victim, prober):
 @pytest.mark.parametrize("op", [o for o in OPERATIONS if o.params], ids=lambda o: f"{o.method} {o.path}")
 def test_another_orgs_ids_are_not_found_in_the_api(op, victim, prober):
     routes.require_ids(victim, op.params, op.path, pytest.fail)
-    components = routes.openapi_schema().get("components", {}).get("schemas", {})
-    body = routes.minimal_body(op.body_schema, components) if op.body_schema else None
+    body = routes.minimal_body(op.body_schema, COMPONENTS) if op.body_schema else None
     before = routes.snapshot(victim.org)
 
     kwargs = {"content_type": "application/json", "data": body} if body is not None else {}
