@@ -180,6 +180,9 @@ def test_the_dashboard_socket_sends_the_tiles_and_re_renders_them_on_org_events(
             if re.search(r'data-testid="tile-approvals-count">\s*1\s*<', frame):
                 break
         await communicator.disconnect()
+        from django.db import connections
+
+        await database_sync_to_async(connections.close_all)()  # the consumers' thread: let teardown drop the DB
         return closing, first, frames
 
     closing, first, frames = run_async(scenario())
