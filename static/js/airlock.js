@@ -29,6 +29,9 @@
       return;
     }
   });
+  // Mark the page while its org socket is open, so people (and tests) can tell live updates work.
+  document.addEventListener("htmx:wsOpen", function () { document.body.setAttribute("data-live", "connected"); });
+  document.addEventListener("htmx:wsClose", function () { document.body.removeAttribute("data-live"); });
   document.addEventListener("click", function (event) {
     const button = event.target.closest("[data-copy]");
     if (!button) return;

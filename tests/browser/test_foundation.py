@@ -47,6 +47,8 @@ def test_an_owner_adds_a_member_and_creates_a_token(page: Page, live_url, owner)
 def test_a_worker_check_updates_the_page_live(page: Page, live_url, worker, owner):
     sign_in(page, live_url, owner.user.email)
     page.goto(f"{live_url}/settings/system/")
+    # The answer is pushed over the page's socket: it must be open before we ask.
+    expect(page.locator("body[data-live=connected]")).to_have_count(1, timeout=30_000)
     page.get_by_role("button", name="Check a worker now").click()
     expect(page.locator("[data-state=answered]")).to_contain_text("answered", timeout=20_000)
 
@@ -56,5 +58,6 @@ def test_the_layout_works_on_a_phone(page: Page, live_url, viewer):
     sign_in(page, live_url, viewer.user.email)
     nav = page.get_by_role("link", name="Crews")
     expect(nav).to_be_hidden()
+    page.wait_for_load_state("load")  # the collapse behaviour comes with the deferred Tabler script
     page.get_by_role("button", name="Toggle navigation").click()
     expect(nav).to_be_visible()
