@@ -346,10 +346,21 @@ def main(argv: list[str] | None = None) -> dict:
     report: dict = {"started": datetime.now(UTC).isoformat(), "quick": args.quick, "metrics": only,
                     "machine": {"cpus": os.cpu_count(), "load": os.getloadavg()}}
     table = Table()
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+
+    def save() -> None:  # after every metric: a stopped run keeps what it measured
+        report["table"] = table.rows
+        out.write_text(json.dumps({k: v for k, v in report.items() if not k.startswith("_")}, indent=2,
+                                  default=str))
+        (RESULTS / "latest.txt").write_text(table.render() + "\n")
+
     if "steps" in only:
         run_steps(args, python, theirs_db, setup, report, table)
+        save()
     if "bytes" in only:
         run_bytes(args, python, theirs_db, setup, report, table)
+        save()
     report.pop("_bytes", None)
     if {"approval", "memory"} & set(only):
         from bench import live
@@ -357,19 +368,21 @@ def main(argv: list[str] | None = None) -> dict:
         with live.celery_worker() as worker:
             if "approval" in only:
                 run_approval(args, python, theirs_db, setup, report, table, worker)
+                save()
             if "memory" in only:
                 run_memory(args, setup, report, table, worker)
+                save()
     if "events" in only:
         run_events(args, setup, report, table)
+        save()
     if "gateway" in only:
         run_gateway(args, admin_url, report, table)
+        save()
     if "history" in only:
         run_history(args, admin_url, report, table)
-    report["table"] = table.rows
+        save()
     report["seconds"] = round(time.monotonic() - started, 1)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
-    out.write_text(json.dumps(report, indent=2, default=str))
+    save()
     print()
     print(table.render())
     print(f"\n{'quick ' if args.quick else ''}run in {report['seconds']} s; load average "
