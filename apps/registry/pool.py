@@ -33,6 +33,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from apps.registry import selectors
 from apps.registry.connection import ServerSpec, connect, describe_error, spec_for, stderr_tail
+from apps.registry.models import McpServer
 
 logger = logging.getLogger(__name__)
 LIST_CHANGED = (ToolListChangedNotification, PromptListChangedNotification, ResourceListChangedNotification)
@@ -246,15 +247,20 @@ pool = Pool()
 
 
 def call_tool(server_id: UUID | str, tool_name: str, arguments: dict[str, Any] | None = None,
-              timeout: float | None = None, *, org_id: UUID | str | None = None) -> ToolCallResult:
+              timeout: float | None = None, *, org_id: UUID | str | None = None,
+              server: McpServer | None = None) -> ToolCallResult:
     """Calls `tool_name` on a registered server through this process's pool.
 
     `org_id`, when given, must own the server (NotFound otherwise). Raises ToolCallFailed /
     ToolCallTimeout; a tool's own error comes back as a result with `is_error=True`.
     Policy (grants, pins, approvals) is the caller's job: this only speaks MCP.
+    `server`: the server row the caller read just now (the engine reads it with the live tool at
+    dispatch), so the call does not read it again.
     """
-    server = selectors.server_by_id(server_id) if org_id is None else selectors.get_server(
-        org_id=org_id, server_id=server_id)
+    if server is None or str(server.id) != str(server_id) or (org_id is not None and
+                                                              str(server.org_id) != str(org_id)):
+        server = selectors.server_by_id(server_id) if org_id is None else selectors.get_server(
+            org_id=org_id, server_id=server_id)
     if not server.enabled:
         raise ToolCallFailed(f"The server {server.name!r} is disabled.")
     spec = spec_for(server)
