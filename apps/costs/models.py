@@ -64,6 +64,41 @@ class UsageRecord(TenantModel):
         return f"{self.provider}:{self.model} {self.input_tokens}/{self.output_tokens}"
 
 
+class DailySpend(models.Model):
+    """The rollup of `UsageRecord` per UTC day, crew, agent, provider and model (see `apps.costs.rollup`).
+
+    `record_usage` adds each call with one upsert in the usage row's transaction; the costs page,
+    `GET /costs` and monthly budgets read whole days here. Crew and agent are `rollup.NO_ID` (the nil
+    UUID) when the call had none, so the unique key has no NULLs. `cost_usd` is the known cost only;
+    `unknown_calls` counts the calls it leaves out. Internal: never shown by id.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    org = models.ForeignKey("accounts.Organization", on_delete=models.CASCADE, related_name="+")
+    day = models.DateField()
+    crew_id = models.UUIDField()
+    agent_id = models.UUIDField()
+    provider = models.CharField(max_length=40)
+    model = models.CharField(max_length=200)
+    calls = models.PositiveIntegerField(default=0)
+    input_tokens = models.BigIntegerField(default=0)  # includes cached
+    cached_tokens = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=20, decimal_places=8, default=0)  # known cost only
+    unknown_calls = models.PositiveIntegerField(default=0)
+    runs = models.PositiveIntegerField(default=0)  # calls that were their run's first
+    runs_agent = models.PositiveIntegerField(default=0)  # ... the run's first with this agent
+    runs_model = models.PositiveIntegerField(default=0)  # ... with this model
+    runs_provider = models.PositiveIntegerField(default=0)  # ... with this provider
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org", "day", "crew_id", "agent_id", "provider", "model"],
+                                               name="daily_spend_key")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.provider}:{self.model} {self.calls} calls"
+
+
 class BudgetScope(models.TextChoices):
     ORG = "org", "Organisation (per month)"
     CREW = "crew", "Crew (per month)"

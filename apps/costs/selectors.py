@@ -16,12 +16,13 @@ from typing import Any
 from uuid import UUID
 
 from django.apps import apps
-from django.db.models import Count, F, Q, QuerySet, Sum
-from django.db.models.functions import Coalesce, TruncDay, TruncMonth, TruncWeek
+from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
+from django.db.models.functions import TruncDay, TruncMonth, TruncWeek
 from django.utils import timezone
 
 from apps.core.errors import ValidationFailed
-from apps.costs.models import Budget, BudgetAlert, BudgetScope, ModelPrice, UsageRecord
+from apps.costs.models import Budget, BudgetAlert, BudgetScope, DailySpend, ModelPrice, UsageRecord
+from apps.costs.rollup import NO_ID
 
 GROUPS = ("day", "week", "month", "crew", "agent", "model", "provider")
 TIME_GROUPS = {"day": TruncDay, "week": TruncWeek, "month": TruncMonth}
@@ -55,39 +56,125 @@ def usage_rows(*, org_id: UUID | str, since: datetime | None = None, until: date
     return rows
 
 
-def _aggregates() -> dict[str, Any]:
-    return {"runs": Count("run_id", distinct=True), "calls": Count("id"),
-            "tokens_in": Coalesce(Sum("input_tokens"), 0), "tokens_cached": Coalesce(Sum("cached_tokens"), 0),
-            "tokens_out": Coalesce(Sum("output_tokens"), 0), "cost": Sum("cost_usd"),
-            "unknown_calls": Count("id", filter=Q(cost_usd__isnull=True))}
+SUMS = ("runs", "calls", "tokens_in", "tokens_cached", "tokens_out", "cost", "unknown_calls")
+RUNS_COLUMN = {"agent": "runs_agent", "model": "runs_model", "provider": "runs_provider"}  # others: "runs"
+GROUP_FIELD = {"crew": "crew_id", "agent": "agent_id"}
 
 
 def spend_by(*, org_id: UUID | str, group_by: str, since: datetime | None = None,
-             until: datetime | None = None) -> list[SpendRow]:
+             until: datetime | None = None, from_rows: bool = False) -> list[SpendRow]:
     """Spend grouped by period (day/week/month, UTC), crew, agent, model or provider.
 
     Periods are in time order; other groups by known cost, highest first. Raises ValidationFailed
-    for an unknown `group_by`.
+    for an unknown `group_by`. Whole days of the range are read from the daily rollup, the rest
+    (a range that starts or ends inside a day) from the usage rows; `from_rows=True` reads only
+    usage rows (the same numbers, slower). A group's `runs` counts the runs whose first call in
+    that group falls in the range (see `apps.costs.rollup`).
     """
     if group_by not in GROUPS:
         raise ValidationFailed(f"group_by must be one of {', '.join(GROUPS)}.",
                                {"group_by": f"One of {', '.join(GROUPS)}."})
-    rows = usage_rows(org_id=org_id, since=since, until=until)
+    groups = _spend(org_id, group_by, since, until, from_rows)
     if group_by in TIME_GROUPS:
-        grouped = (rows.annotate(group=TIME_GROUPS[group_by]("created_at", tzinfo=UTC)).values("group")
-                   .annotate(**_aggregates()).order_by("group"))
+        ordered = sorted(groups.values(), key=lambda g: _key(g["group"]))
     else:
-        field = {"crew": "crew_id", "agent": "agent_id"}.get(group_by, group_by)
-        grouped = (rows.values(group=F(field)).annotate(**_aggregates())
-                   .order_by(F("cost").desc(nulls_last=True), "group"))
-    grouped = list(grouped)
-    labels = _labels(org_id, group_by, [g["group"] for g in grouped])
-    return [_row(g, labels) for g in grouped]
+        ordered = sorted(groups.values(), key=lambda g: (g["calls"] == g["unknown_calls"], -g["cost"],
+                                                         g["group"] is None, _key(g["group"])))
+    labels = _labels(org_id, group_by, [g["group"] for g in ordered])
+    return [_row(g, labels) for g in ordered]
 
 
-def spend_total(*, org_id: UUID | str, since: datetime | None = None, until: datetime | None = None) -> SpendRow:
-    total = usage_rows(org_id=org_id, since=since, until=until).aggregate(**_aggregates())
-    return _row({**total, "group": "total"}, {"total": "Total"})
+def spend_total(*, org_id: UUID | str, since: datetime | None = None, until: datetime | None = None,
+                from_rows: bool = False) -> SpendRow:
+    total = _spend(org_id, None, since, until, from_rows).get("total") or {"group": "total", **dict.fromkeys(SUMS, 0)}
+    return _row(total, {"total": "Total"})
+
+
+def _spend(org_id: UUID | str, group_by: str | None, since: datetime | None, until: datetime | None,
+           from_rows: bool) -> dict[str, dict[str, Any]]:
+    """Group key -> {"group": value, sums}: the rollup's whole days plus the usage rows of partial days."""
+    parts: list[QuerySet] = []
+    days, edges = (None, [(since, until)]) if from_rows else _split(since, until)
+    if days is not None:
+        parts.append(_rollup_groups(org_id, group_by, *days))
+    parts += [_row_groups(org_id, group_by, start, end) for start, end in edges]
+    merged: dict[str, dict[str, Any]] = {}
+    for part in parts:
+        for g in part:
+            group = g.get("group", "total")
+            if group == NO_ID:
+                group = None
+            elif isinstance(group, datetime):
+                group = group.astimezone(UTC).date()
+            entry = merged.setdefault(_key(group), {"group": group, **dict.fromkeys(SUMS, 0)})
+            for name in SUMS:
+                entry[name] += g[name] or 0
+    return {k: v for k, v in merged.items() if v["calls"]}
+
+
+def _split(since: datetime | None, until: datetime | None) -> tuple[tuple[date | None, date | None] | None,
+                                                                      list[tuple[datetime | None, datetime | None]]]:
+    """[since, until) as whole UTC days [first, end) for the rollup and the partial days around them."""
+    def midnight(at: datetime) -> datetime:
+        at = at.astimezone(UTC)
+        return datetime(at.year, at.month, at.day, tzinfo=UTC)
+
+    first = None if since is None else midnight(since) + timedelta(days=0 if midnight(since) == since else 1)
+    end = None if until is None else midnight(until)
+    if first is not None and end is not None and first >= end:
+        return None, [(since, until)]
+    edges = []
+    if first is not None and since < first:
+        edges.append((since, first))
+    if end is not None and end < until:
+        edges.append((end, until))
+    return (first and first.date(), end and end.date()), edges
+
+
+def _rollup_groups(org_id: UUID | str, group_by: str | None, first: date | None, end: date | None) -> QuerySet:
+    rows = DailySpend.objects.filter(org_id=org_id)
+    if first:
+        rows = rows.filter(day__gte=first)
+    if end:
+        rows = rows.filter(day__lt=end)
+    sums = {"runs": Sum(RUNS_COLUMN.get(group_by or "", "runs")), "calls": Sum("calls"),
+            "tokens_in": Sum("input_tokens"), "tokens_cached": Sum("cached_tokens"),
+            "tokens_out": Sum("output_tokens"), "cost": Sum("cost_usd"), "unknown_calls": Sum("unknown_calls")}
+    if group_by is None:
+        return [rows.aggregate(**sums)]
+    if group_by == "day":
+        group = F("day")
+    elif group_by in TIME_GROUPS:
+        group = TIME_GROUPS[group_by]("day")
+    else:
+        group = F(GROUP_FIELD.get(group_by, group_by))
+    return rows.values(group=group).annotate(**sums).order_by()
+
+
+def _row_groups(org_id: UUID | str, group_by: str | None, since: datetime | None,
+                until: datetime | None) -> QuerySet:
+    """The same sums from usage rows; a row counts its run when no earlier call of the run is in its group."""
+    earlier = UsageRecord.objects.filter(org_id=OuterRef("org_id"), run_id=OuterRef("run_id")).filter(
+        Q(created_at__lt=OuterRef("created_at")) | Q(created_at=OuterRef("created_at"), id__lt=OuterRef("id")))
+    if group_by == "agent":
+        first = (Q(agent_id__isnull=True) & ~Exists(earlier.filter(agent_id__isnull=True))
+                 | Q(agent_id__isnull=False) & ~Exists(earlier.filter(agent_id=OuterRef("agent_id"))))
+    elif group_by in ("model", "provider"):
+        first = Q(~Exists(earlier.filter(**{group_by: OuterRef(group_by)})))
+    else:
+        first = Q(~Exists(earlier))
+    sums = {"runs": Count("id", filter=Q(run_id__isnull=False) & first), "calls": Count("id"),
+            "tokens_in": Sum("input_tokens"), "tokens_cached": Sum("cached_tokens"),
+            "tokens_out": Sum("output_tokens"), "cost": Sum("cost_usd"),
+            "unknown_calls": Count("id", filter=Q(cost_usd__isnull=True))}
+    rows = usage_rows(org_id=org_id, since=since, until=until)
+    if group_by is None:
+        return [rows.aggregate(**sums)]
+    if group_by in TIME_GROUPS:
+        group = TIME_GROUPS[group_by]("created_at", tzinfo=UTC)
+    else:
+        group = F(GROUP_FIELD.get(group_by, group_by))
+    return rows.values(group=group).annotate(**sums).order_by()
 
 
 def _row(g: dict[str, Any], labels: dict[str, str]) -> SpendRow:
@@ -183,16 +270,15 @@ def budgets_for(*, org_id: UUID | str, crew_id: UUID | str | None, agent_ids: li
 
 
 def spent(budget: Budget, *, at: datetime | None = None, run_id: UUID | str | None = None) -> Decimal:
-    """Known spend against the budget in its current period (the month, UTC, or the run)."""
-    rows = UsageRecord.objects.filter(org_id=budget.org_id)
+    """Known spend against the budget in its current period (the month, UTC, from the rollup; or the run)."""
     if budget.scope == BudgetScope.RUN:
-        rows = rows.filter(run_id=run_id)
-    else:
-        rows = rows.filter(created_at__gte=month_start(at))
-        if budget.scope == BudgetScope.CREW:
-            rows = rows.filter(crew_id=budget.target_id)
-        elif budget.scope == BudgetScope.AGENT:
-            rows = rows.filter(agent_id=budget.target_id)
+        rows = UsageRecord.objects.filter(org_id=budget.org_id, run_id=run_id)
+        return rows.aggregate(total=Sum("cost_usd"))["total"] or ZERO
+    rows = DailySpend.objects.filter(org_id=budget.org_id, day__gte=month_start(at).date())
+    if budget.scope == BudgetScope.CREW:
+        rows = rows.filter(crew_id=budget.target_id)
+    elif budget.scope == BudgetScope.AGENT:
+        rows = rows.filter(agent_id=budget.target_id)
     return rows.aggregate(total=Sum("cost_usd"))["total"] or ZERO
 
 

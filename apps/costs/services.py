@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
@@ -23,7 +23,7 @@ from apps.accounts.actors import Actor
 from apps.audit import services as audit
 from apps.core.errors import NotFound, ValidationFailed
 from apps.core.realtime import org_group, publish_after_commit
-from apps.costs import selectors
+from apps.costs import rollup, selectors
 from apps.costs.models import DEFAULT_THRESHOLDS, Budget, BudgetAlert, BudgetScope, ModelPrice, UsageRecord
 from apps.costs.pricing import price_call
 from apps.notifications import services as notifications
@@ -36,15 +36,29 @@ BUDGET_NOTIFIERS: list[Callable[[BudgetAlert], None]] = []
 
 def record_usage(*, org_id: UUID | str, provider: str, model: str, input_tokens: int, output_tokens: int,
                  cached_tokens: int = 0, latency_ms: int = 0, run_id: UUID | str | None = None,
-                 crew_id: UUID | str | None = None, agent_id: UUID | str | None = None) -> UsageRecord:
-    """Prices one model call now (override, genai-prices, or unknown) and stores it. Called by the engine."""
+                 crew_id: UUID | str | None = None, agent_id: UUID | str | None = None,
+                 at: datetime | None = None) -> UsageRecord:
+    """Prices one model call now (override, genai-prices, or unknown) and stores it. Called by the engine.
+
+    The usage row and its day's `DailySpend` row change in one transaction. `at` (default now) is for
+    loading history: calls of a run must then be recorded in time order (see `apps.costs.rollup`).
+    """
     price = price_call(org_id=org_id, provider=provider, model=model, input_tokens=input_tokens,
-                       output_tokens=output_tokens, cached_tokens=cached_tokens)
+                       output_tokens=output_tokens, cached_tokens=cached_tokens, at=at)
     with transaction.atomic():
-        record = UsageRecord.objects.create(
+        firsts = rollup.first_calls(org_id=org_id, run_id=run_id, agent_id=agent_id, provider=provider, model=model)
+        record = UsageRecord(
             org_id=org_id, run_id=run_id, crew_id=crew_id, agent_id=agent_id, provider=provider, model=model,
             input_tokens=input_tokens, cached_tokens=cached_tokens, output_tokens=output_tokens,
             cost_usd=price.cost_usd, price_source=price.source, latency_ms=latency_ms)
+        record.save()
+        if at is not None:  # auto_now_add stamps now: a call from history keeps its time
+            record.created_at = at
+            UsageRecord.objects.filter(id=record.id).update(created_at=at)
+        rollup.increment(org_id=org_id, day=record.created_at.astimezone(UTC).date(), crew_id=crew_id,
+                         agent_id=agent_id, provider=provider, model=model, input_tokens=input_tokens,
+                         cached_tokens=cached_tokens, output_tokens=output_tokens, cost_usd=price.cost_usd,
+                         firsts=firsts)
         alert_thresholds(org_id=org_id, crew_id=crew_id, agent_id=agent_id, run_id=run_id)
     return record
 

@@ -12,7 +12,6 @@ from django.utils import timezone
 
 from apps.accounts.actors import member_actor
 from apps.costs import selectors, services
-from apps.costs.models import UsageRecord
 from apps.costs.pricing import price_call
 from tests.factories import token_for
 
@@ -44,11 +43,9 @@ def test_an_override_applies_from_its_date_and_a_newer_one_replaces_it(org, owne
 
 
 def _usage(org, *, at, crew, agent, run, model="my-llama", provider="openai_compatible", tokens=(1000, 0, 100)):
-    record = services.record_usage(org_id=org.id, provider=provider, model=model, input_tokens=tokens[0],
-                                   cached_tokens=tokens[1], output_tokens=tokens[2], run_id=run, crew_id=crew,
-                                   agent_id=agent)
-    UsageRecord.objects.filter(id=record.id).update(created_at=at)  # place the fixture on its day
-    return record
+    return services.record_usage(org_id=org.id, provider=provider, model=model, input_tokens=tokens[0],
+                                 cached_tokens=tokens[1], output_tokens=tokens[2], run_id=run, crew_id=crew,
+                                 agent_id=agent, at=at)  # placed on its day, in the rollup too
 
 
 @pytest.fixture

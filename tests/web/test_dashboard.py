@@ -14,7 +14,6 @@ from apps.accounts.actors import member_actor
 from apps.approvals import services as approvals
 from apps.approvals.models import ApprovalRequest
 from apps.costs import services as costs
-from apps.costs.models import UsageRecord
 from apps.crews import services as crews
 from apps.registry.models import McpServer
 from apps.runs import services as runs
@@ -66,9 +65,8 @@ def build_org(org):
                           output_per_mtok=Decimal("0"))  # $1 per thousand input tokens
     costs.record_usage(org_id=org.id, provider="openai", model="desk-model", input_tokens=3000, output_tokens=0,
                        run_id=made["succeeded"].id, crew_id=crew.id, agent_id=agent.id)
-    last_month = costs.record_usage(org_id=org.id, provider="openai", model="desk-model", input_tokens=50000,
-                                    output_tokens=0, run_id=made["failed"].id, crew_id=crew.id)
-    UsageRecord.objects.filter(id=last_month.id).update(created_at=now - timedelta(days=40))
+    costs.record_usage(org_id=org.id, provider="openai", model="desk-model", input_tokens=50000,
+                       output_tokens=0, run_id=made["failed"].id, crew_id=crew.id, at=now - timedelta(days=40))
     costs.set_budget(actor=owner, scope="org", amount_usd="4")
     return made
 
