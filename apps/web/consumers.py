@@ -25,11 +25,19 @@ REPLAY_BATCH = 500
 PARTIALS = {
     "inbox.count": "web/partials/_inbox_badge.html",
     "system.worker_answered": "web/partials/_worker_check.html",
+    "budget.threshold": "web/partials/_budget_banner.html",
 }
 
 
+def _budget_alerts(org_id) -> dict:
+    """The banner's context, read as the page's context processor reads it."""
+    from apps.costs import selectors as costs
+
+    return {"budget_alerts": costs.recent_alerts(org_id=org_id)}
+
+
 class OrgConsumer(AsyncWebsocketConsumer):
-    """Live updates for every page of one organisation (badges, tiles, system checks)."""
+    """Live updates for every page of one organisation (badges, the budget banner, system checks)."""
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -42,6 +50,7 @@ class OrgConsumer(AsyncWebsocketConsumer):
         if membership is None:
             await self.close(code=FORBIDDEN)
             return
+        self.org_id = membership.org_id
         self.group = org_group(org_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         count = await database_sync_to_async(pending_approvals)(org_id=membership.org_id)
@@ -63,6 +72,8 @@ class OrgConsumer(AsyncWebsocketConsumer):
             context["inbox_count"] = message["data"].get("count", 0)
         if message["event"] == "system.worker_answered":
             context["state"] = "answered"
+        if message["event"] == "budget.threshold":
+            context.update(await database_sync_to_async(_budget_alerts)(self.org_id))
         await self.send(text_data=render_to_string(template, context))
 
 
