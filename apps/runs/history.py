@@ -8,14 +8,28 @@ full-text search uses a GIN index on Postgres (`SEARCH_DOCUMENT`) and `icontains
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
 from django.db import connection
-from django.db.models import BooleanField, Exists, F, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import (
+    BooleanField,
+    Count,
+    DurationField,
+    Exists,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+    Value,
+)
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
 from apps.approvals.models import ApprovalRequest
@@ -312,7 +326,7 @@ def _dec(value: Decimal | None) -> str | None:
 def top_runs(*, org_id: UUID | str, since: datetime, until: datetime, limit: int = 10) -> QuerySet[Run]:
     return (Run.objects.filter(org_id=org_id, created_at__gte=since, created_at__lt=until, cost_usd__gt=0)
             .only("id", "crew_name", "status", "cost_usd", "tokens_in", "tokens_out", "created_at",
-                  "cost_unknown_calls").order_by(F("cost_usd").desc(nulls_last=True))[:limit])
+                  "cost_unknown_calls").order_by("-cost_usd")[:limit])  # no NULLs here: run_org_cost, read backwards
 
 
 @dataclass(frozen=True)
@@ -329,9 +343,9 @@ class Outcomes:
 
 def successful_run_cost(*, org_id: UUID | str, since: datetime, until: datetime) -> Outcomes:
     runs = Run.objects.filter(org_id=org_id, created_at__gte=since, created_at__lt=until, status="succeeded")
-    totals = runs.aggregate(cost=Sum("cost_usd"))
-    return Outcomes(succeeded=runs.count(), cost_usd=totals["cost"],
-                    unknown_runs=runs.filter(cost_usd__isnull=True).count())
+    # count(*) and cost_usd only: an index-only scan of run_org_status, which includes cost_usd on Postgres
+    totals = runs.aggregate(n=Count("*"), priced=Count("cost_usd"), cost=Sum("cost_usd"))
+    return Outcomes(succeeded=totals["n"], cost_usd=totals["cost"], unknown_runs=totals["n"] - totals["priced"])
 
 
 @dataclass(frozen=True)
@@ -349,13 +363,15 @@ def approval_waits(*, org_id: UUID | str, since: datetime, until: datetime,
                    now: datetime | None = None) -> list[Waiting]:
     """Time runs spent waiting for people (request to decision; still pending: to now), per crew."""
     now = now or timezone.now()
-    crew_of = Run.objects.filter(id=OuterRef("run_id")).values("crew_name")[:1]
+    crew_of = Run.objects.filter(id=OuterRef("run_id")).order_by().values("crew_name")[:1]
+    waited = Greatest(ExpressionWrapper(Coalesce("decided_at", Value(now)) - F("created_at"),
+                                        output_field=DurationField()), Value(timedelta(0)))
     rows = (ApprovalRequest.objects.filter(org_id=org_id, created_at__gte=since, created_at__lt=until,
                                            run_id__isnull=False)
-            .annotate(crew=Subquery(crew_of)).values_list("crew", "created_at", "decided_at"))
+            .annotate(crew=Subquery(crew_of)).values("crew").annotate(n=Count("id"), waited=Sum(waited)).order_by())
     totals: dict[str, list[float]] = {}
-    for crew, created, decided in rows.iterator(chunk_size=2000):
-        entry = totals.setdefault(crew or "(deleted crew)", [0, 0.0])
-        entry[0] += 1
-        entry[1] += max(0.0, ((decided or now) - created).total_seconds())
+    for row in rows:  # one row per crew; a deleted crew's runs are gone, so their approvals share one row
+        entry = totals.setdefault(row["crew"] or "(deleted crew)", [0, 0.0])
+        entry[0] += row["n"]
+        entry[1] += row["waited"].total_seconds() if row["waited"] else 0.0
     return sorted((Waiting(c, int(n), s) for c, (n, s) in totals.items()), key=lambda w: -w.seconds)

@@ -81,7 +81,7 @@ class Run(TenantModel):
                                                name="run_org_idempotency_key")]
         indexes = [
             models.Index(fields=["org", "-created_at"], name="run_org_created"),
-            models.Index(fields=["org", "status", "-created_at"], name="run_org_status"),
+            models.Index(fields=["org", "status", "-created_at"], include=["cost_usd"], name="run_org_status"),
             models.Index(fields=["org", "crew", "-created_at"], name="run_org_crew"),
             models.Index(fields=["status", "lease_expires_at"], name="run_lease"),
             # run history (apps/runs/history.py): who started it, costliest first; Postgres-only
