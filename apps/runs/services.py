@@ -378,8 +378,11 @@ def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
         return "lost"
     except Exception as exc:
         logger.exception("run %s failed inside the engine", run_id)
-        store.finish(RunStatus.FAILED, error=f"Internal error: {type(exc).__name__}: {str(exc)[:500]}",
-                     error_class="internal")
+        try:
+            store.finish(RunStatus.FAILED, error=f"Internal error: {type(exc).__name__}: {str(exc)[:500]}",
+                         error_class="internal")
+        except LeaseLost:  # another worker has the run now: its outcome is theirs to write
+            return "lost"
         return "finished"
     return outcome
 

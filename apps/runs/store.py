@@ -110,6 +110,8 @@ class RunStore:
             run = Run.objects.select_for_update().get(id=self.run_id)
             if run.is_finished:
                 return
+            if self.lease_owner and run.lease_owner != self.lease_owner:  # another worker took the run over
+                raise LeaseLost(self.run_id)
             run.status, run.output, run.error, run.error_class = status, output, error[:4000], error_class
             run.finished_at, run.lease_owner, run.lease_expires_at = timezone.now(), "", None
             run.save(update_fields=["status", "output", "error", "error_class", "finished_at", "lease_owner",
@@ -130,6 +132,8 @@ class RunStore:
         any more: a decision landed while this step ran."""
         with transaction.atomic():
             run = Run.objects.select_for_update().get(id=self.run_id)
+            if self.lease_owner and run.lease_owner != self.lease_owner:
+                raise LeaseLost(self.run_id)
             pending = ApprovalRequest.objects.filter(run_id=run.id, status=ApprovalStatus.PENDING).count()
             unknown = ToolCall.objects.filter(run_id=run.id, state=CallState.UNKNOWN).count()
             if not pending and not unknown:
@@ -355,8 +359,9 @@ class RunStore:
         return ApprovalRequest.objects.filter(id=row.approval_id).first() if row.approval_id else None
 
     def complete_call(self, row: ToolCall, *, state: str, result: dict[str, Any] | None, error: str = "",
-                      error_class: str = "", findings: list[dict[str, Any]] | None = None) -> None:
-        self.set_call(row, expect=CallState.DISPATCHED, state=state, result=result, error=error[:4000],
+                      error_class: str = "", findings: list[dict[str, Any]] | None = None) -> bool:
+        """False when the row is no longer `dispatched` (another worker found it in flight: `unknown`)."""
+        return self.set_call(row, expect=CallState.DISPATCHED, state=state, result=result, error=error[:4000],
                       error_class=error_class, findings=findings or [], finished_at=timezone.now(),
                       event="tool.completed", event_data={"state": state, "is_error": bool(result and
                                                                                           result.get("is_error")),

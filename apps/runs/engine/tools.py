@@ -21,7 +21,7 @@ from apps.agents.policy import decide
 from apps.agents.prompts import wrap_tool_output
 from apps.registry.pool import ToolCallFailed, ToolCallTimeout, call_tool
 from apps.registry.scanner import scan_text
-from apps.runs.engine.errors import StopRun, backoff_delay
+from apps.runs.engine.errors import LeaseLost, StopRun, backoff_delay
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.limits import REPEAT_LIMIT
 from apps.runs.engine.model import facts
@@ -41,11 +41,11 @@ def resolve_calls(store: Any, *, turn: Any, agent: dict[str, Any], rows: list[An
             follow_approval(store, row=row)
         if row.state == CallState.APPROVED:
             dispatch(store, agent=agent, row=row)
-        if row.state == CallState.DISPATCHED:
-            store.set_call(row, expect=CallState.DISPATCHED, state=CallState.UNKNOWN, error_class="transient",
-                           error="The worker stopped after sending this call and before its result was stored. "
-                                 "It may or may not have happened: a person must check and resolve it.",
-                           event="tool.unknown")
+        if row.state == CallState.DISPATCHED and not store.set_call(
+                row, expect=CallState.DISPATCHED, state=CallState.UNKNOWN, error_class="transient",
+                error="The worker stopped after sending this call and before its result was stored. "
+                      "It may or may not have happened: a person must check and resolve it.", event="tool.unknown"):
+            row.refresh_from_db()  # the worker that sent it (its lease ran out mid-call) stored the outcome meanwhile
         if row.state in (CallState.HELD, CallState.UNKNOWN):
             waiting = True
     return "waiting" if waiting else "answered"
@@ -151,21 +151,26 @@ def dispatch(store: Any, *, agent: dict[str, Any], row: Any) -> None:
         return
     store.renew_lease()
     outcome = _call(store, tool=tool, row=row, arguments=arguments)
+    # Each transition below fails only when the row left `dispatched` meanwhile: this worker's lease ran
+    # out during the call and another one took the run over (and made the row `unknown`).
     if outcome is None:  # a write that timed out: it may have happened
-        store.set_call(row, expect=CallState.DISPATCHED, state=CallState.UNKNOWN, error_class="transient",
-                       error="No answer in time; the call may or may not have happened. A person must check.",
-                       event="tool.unknown")
+        if not store.set_call(row, expect=CallState.DISPATCHED, state=CallState.UNKNOWN, error_class="transient",
+                              error="No answer in time; the call may or may not have happened. A person must "
+                                    "check.", event="tool.unknown"):
+            raise LeaseLost(store.run_id)
         return
     result, error = outcome
     if result is None:
-        store.complete_call(row, state=CallState.FAILED, result=None, error=error, error_class="transient")
+        if not store.complete_call(row, state=CallState.FAILED, result=None, error=error, error_class="transient"):
+            raise LeaseLost(store.run_id)
         return
     payload = result_payload(result)
     findings = [f.as_dict() for f in scan_text(payload["text"], where=f"result of {row.qualified_name}")]
     findings += injected_call_findings(payload["text"], where=f"result of {row.qualified_name}")
-    store.complete_call(row, state=CallState.FAILED if result.is_error else CallState.SUCCEEDED, result=payload,
-                        error=payload["text"][:500] if result.is_error else "",
-                        error_class="business" if result.is_error else "", findings=findings)
+    if not store.complete_call(row, state=CallState.FAILED if result.is_error else CallState.SUCCEEDED,
+                               result=payload, error=payload["text"][:500] if result.is_error else "",
+                               error_class="business" if result.is_error else "", findings=findings):
+        raise LeaseLost(store.run_id)
     if findings:
         store.event("tool.finding", tool_call_id=str(row.id), tool=row.qualified_name,
                     findings=[{"code": f["code"], "severity": f["severity"], "message": f["message"]}
