@@ -57,7 +57,6 @@ class Agent(TenantModel):
     model = models.CharField(max_length=200, blank=True)
     temperature = models.FloatField(null=True, blank=True)
     max_steps = models.PositiveIntegerField(default=8)
-    budget_usd = models.DecimalField(max_digits=12, decimal_places=4, null=True, blank=True)
     script = models.JSONField(null=True, blank=True)  # scripted provider only
     enabled = models.BooleanField(default=True)
     version = models.PositiveIntegerField(default=1)

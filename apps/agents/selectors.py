@@ -122,7 +122,6 @@ def agent_snapshot(agent: Agent) -> dict[str, Any]:
         "connection": {"id": str(connection.id), "name": connection.name, "provider": connection.provider,
                        "base_url": connection.base_url},
         "model": agent.model, "temperature": agent.temperature, "max_steps": agent.max_steps,
-        "budget_usd": None if agent.budget_usd is None else str(agent.budget_usd),
         "script": agent.script, "enabled": agent.enabled,
         "grants": [{"tool": g.tool.qualified_name, "tool_id": str(g.tool_id), "policy": g.policy,
                     "condition": g.condition} for g in agent_grants(agent)],

@@ -4,7 +4,6 @@ and every change of an agent writes a new AgentVersion with what changed."""
 from __future__ import annotations
 
 import math
-from decimal import Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
 
@@ -24,7 +23,7 @@ from apps.core.errors import Conflict, NotFound, ValidationFailed
 
 UNSET: Any = object()
 AGENT_FIELDS = ("name", "role", "instructions", "in_scope", "out_of_scope", "connection_id", "model", "temperature",
-                "max_steps", "budget_usd", "script")
+                "max_steps", "script")
 MAX_STEPS_LIMIT = 100
 
 
@@ -161,7 +160,7 @@ def _text(values: dict[str, Any], key: str, limit: int | None = None) -> str:
 
 
 def _clean_numbers(values: dict[str, Any], errors: dict[str, str]) -> dict[str, Any]:
-    out: dict[str, Any] = {"temperature": None, "budget_usd": None, "max_steps": 8}
+    out: dict[str, Any] = {"temperature": None, "max_steps": 8}
     temperature = values.get("temperature")
     if temperature not in (None, ""):
         try:
@@ -177,14 +176,6 @@ def _clean_numbers(values: dict[str, Any], errors: dict[str, str]) -> dict[str, 
             raise ValueError
     except (TypeError, ValueError):
         errors["max_steps"] = f"Max steps per turn is a whole number from 1 to {MAX_STEPS_LIMIT}."
-    budget = values.get("budget_usd")
-    if budget not in (None, ""):
-        try:
-            out["budget_usd"] = Decimal(str(budget)).quantize(Decimal("0.0001"))
-            if not out["budget_usd"].is_finite() or out["budget_usd"] <= 0:
-                raise InvalidOperation
-        except (InvalidOperation, ValueError):
-            errors["budget_usd"] = "The budget is an amount in dollars above zero, e.g. 2.50 (or leave it empty)."
     return out
 
 

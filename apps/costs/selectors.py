@@ -305,6 +305,12 @@ def budget_use(*, org_id: UUID | str) -> list[BudgetUse]:
     return [BudgetUse(b, spent(b)) for b in org_budgets(org_id=org_id).exclude(scope=BudgetScope.RUN)]
 
 
+def target_budget_use(*, org_id: UUID | str, scope: str, target_id: UUID | str) -> BudgetUse | None:
+    """A crew's or agent's monthly budget with this month's spend, or None (the agent and crew pages)."""
+    budget = Budget.objects.filter(org_id=org_id, scope=scope, target_id=target_id).first()
+    return None if budget is None else BudgetUse(budget, spent(budget))
+
+
 def recent_alerts(*, org_id: UUID | str) -> list[BudgetAlert]:
     """This month's alerts at 80 % or more, newest first: the banner on every page."""
     alerts = (BudgetAlert.objects.filter(org_id=org_id, created_at__gte=month_start(), threshold__gte=80)

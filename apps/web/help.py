@@ -26,7 +26,8 @@ POLICIES = [
 
 AGENT_LIMITS = [
     ("max_steps", "Max steps per turn", "Model calls in one turn of this agent before it must stop."),
-    ("budget_usd", "Budget (USD)", "Spend for this agent; checked before each model call. Empty: no limit."),
+    ("budget", "Monthly budget", "Set under Costs, Budgets (admins): at 100 % the agent's new runs are refused "
+                                 "and its running ones stop before their next model call."),
 ]
 
 CREW_LIMITS = [

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.django_db
 
 def agent_form(connection, **overrides):
     data = {"name": "Refunds", "role": "refund clerk", "connection_id": str(connection.id), "max_steps": "8",
-            "instructions": "", "in_scope": "", "out_of_scope": "", "model": "", "temperature": "", "budget_usd": "",
+            "instructions": "", "in_scope": "", "out_of_scope": "", "model": "", "temperature": "",
             "script": '[{"say": "ok"}]', "grant_tool": [], "grant_policy": [], "grant_condition": []}
     data.update(overrides)
     return data

@@ -112,3 +112,19 @@ def test_a_budget_cannot_be_kept_for_a_model_with_no_price(desk, actor):
     assert run.status == "limit_exceeded"
     assert "price is unknown" in run.error and "Set a price for the model under Costs" in run.error
     assert not UsageRecord.objects.filter(run_id=run.id).exists()  # refused before any call was made
+
+
+def test_a_used_up_agent_budget_refuses_new_runs_of_crews_using_it(desk, actor):
+    priced_scripted_model(actor)
+    agent, crew = looper(desk, "Thrifty")
+    spent = run_to_end(desk, crew).cost_usd
+    budget = costs.set_budget(actor=actor, scope="agent", target_id=agent.id, target_label=agent.name,
+                              amount_usd=str(spent / 2))
+
+    with pytest.raises(ValidationFailed) as refused:
+        services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False)
+    assert refused.value.message.startswith(f"The monthly budget of the agent Thrifty (${budget.amount_usd:.2f}) "
+                                            f"is used up: ${spent:.2f} spent this month.")
+    assert "when an admin raises the budget under Costs" in refused.value.errors["crew"]
+    _, other = looper(desk, "Unaffected")  # another agent's crew still starts
+    assert services.start_run(actor=desk.actor, crew_id=other.id, inputs=A1001, enqueue=False).status == "queued"

@@ -1,5 +1,4 @@
 from datetime import datetime
-from decimal import Decimal
 from typing import Any, Literal
 from uuid import UUID
 
@@ -54,7 +53,6 @@ class AgentOut(Schema):
     model: str
     temperature: float | None
     max_steps: int
-    budget_usd: Decimal | None
     script: list[dict[str, Any]] | None
     enabled: bool
     version: int
@@ -81,7 +79,6 @@ class AgentIn(Schema):
     model: str = ""
     temperature: float | None = None
     max_steps: int = 8
-    budget_usd: Decimal | None = None
     script: list[Any] | str | None = None
     grants: list[GrantIn] = []
 
@@ -96,7 +93,6 @@ class AgentPatch(Schema):
     model: str | None = None
     temperature: float | None = None
     max_steps: int | None = None
-    budget_usd: Decimal | None = None
     script: list[Any] | str | None = None
     grants: list[GrantIn] | None = None
     enabled: bool | None = None

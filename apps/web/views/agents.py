@@ -17,12 +17,14 @@ from apps.agents import selectors, services, starters
 from apps.agents.models import GrantPolicy, Provider
 from apps.agents.prompts import compose_system_prompt
 from apps.core.errors import Conflict, ValidationFailed
+from apps.costs import selectors as costs
+from apps.costs.models import BudgetScope
 from apps.registry.models import Risk, TrustTier
 from apps.web.access import member_required
 from apps.web.tables import sorted_page
 
 AGENT_TEXT_FIELDS = ("name", "role", "instructions", "in_scope", "out_of_scope", "connection_id", "model",
-                     "temperature", "max_steps", "budget_usd", "script")
+                     "temperature", "max_steps", "script")
 
 
 def _redirect(request: HttpRequest, url: str) -> HttpResponse:
@@ -79,8 +81,7 @@ def _agent_values(agent) -> dict[str, Any]:
     values = {key: getattr(agent, key) for key in AGENT_TEXT_FIELDS if key not in ("script", "connection_id")}
     values["connection_id"] = str(agent.connection_id)
     values["script"] = json.dumps(agent.script, indent=2) if agent.script else ""
-    for key in ("temperature", "budget_usd"):
-        values[key] = "" if values[key] is None else values[key]
+    values["temperature"] = "" if values["temperature"] is None else values["temperature"]
     return values
 
 
@@ -187,6 +188,7 @@ def agent_detail(request: HttpRequest, agent_id) -> HttpResponse:
     return render(request, "web/agents/detail.html", {
         "agent": agent, "permissions": selectors.effective_permissions(agent),
         "prompt": selectors.system_prompt(agent), "crews": selectors.crews_using(agent), "versions": versions,
+        "budget": costs.target_budget_use(org_id=agent.org_id, scope=BudgetScope.AGENT, target_id=agent.id),
         "can_build": request.actor.can("build")})
 
 
