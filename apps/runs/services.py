@@ -364,7 +364,7 @@ def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
         return "skipped"
     store = RunStore(run_id, owner)
     if run.deliveries > max_deliveries():
-        store.finish(RunStatus.FAILED, error=f"The worker running this run was lost {run.deliveries - 1} times; "
+        store.finish(RunStatus.FAILED, error=f"The worker running this run was lost {run.deliveries} times; "
                                              "giving up instead of trying again.", error_class="internal")
         return "finished"
     try:
