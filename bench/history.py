@@ -257,9 +257,9 @@ def queries(org_id, sample_runs: list, crew_id) -> dict[str, tuple[Callable[[], 
         return selectors.run_events(run=run).explain(analyze=True, buffers=True)
 
     def costs_page():
-        return ([costs.spend_by(org_id=org_id, group_by=g, since=since, until=until)
-                 for g in ("day", "crew", "agent", "model", "provider")],
-                costs.spend_total(org_id=org_id, since=since, until=until),
+        return (costs.spend_by(org_id=org_id, group_by="day", since=since, until=until),
+                costs.spend_breakdowns(org_id=org_id, group_bys=["crew", "agent", "model", "provider"], since=since,
+                                       until=until),
                 list(history.top_runs(org_id=org_id, since=since, until=until)),
                 history.successful_run_cost(org_id=org_id, since=since, until=until),
                 history.approval_waits(org_id=org_id, since=since, until=until))

@@ -74,7 +74,39 @@ def spend_by(*, org_id: UUID | str, group_by: str, since: datetime | None = None
     if group_by not in GROUPS:
         raise ValidationFailed(f"group_by must be one of {', '.join(GROUPS)}.",
                                {"group_by": f"One of {', '.join(GROUPS)}."})
-    groups = _spend(org_id, group_by, since, until, from_rows)
+    return _ordered(org_id, group_by, _spend(org_id, group_by, since, until, from_rows))
+
+
+def spend_total(*, org_id: UUID | str, since: datetime | None = None, until: datetime | None = None,
+                from_rows: bool = False) -> SpendRow:
+    return _total(_spend(org_id, None, since, until, from_rows))
+
+
+def spend_breakdowns(*, org_id: UUID | str, group_bys: list[str], since: datetime | None = None,
+                     until: datetime | None = None) -> tuple[SpendRow, dict[str, list[SpendRow]]]:
+    """The total and several breakdowns (crew, agent, model, provider) from one read of the rollup:
+    the same rows as `spend_total` and `spend_by` for each, for a page that shows them all."""
+    if not set(group_bys) <= set(GROUPS) - set(TIME_GROUPS):
+        raise ValidationFailed("Breakdowns are by crew, agent, model or provider.", {"group_by": "Not a period."})
+    days, edges = _split(since, until)
+    merged = {g: _merge([_row_groups(org_id, g, start, end) for start, end in edges])
+              for g in [None, *group_bys]}
+    if days is not None:
+        keys = ("crew_id", "agent_id", "provider", "model")
+        runs = ("runs", "runs_agent", "runs_model", "runs_provider")
+        rows = list(_days(org_id, *days).values(*keys).annotate(
+            **{f"{c}_sum": Sum(c) for c in runs}, calls=Sum("calls"), tokens_in=Sum("input_tokens"),
+            tokens_cached=Sum("cached_tokens"), tokens_out=Sum("output_tokens"), cost=Sum("cost_usd"),
+            unknown_calls=Sum("unknown_calls")).order_by())
+        for group_by, groups in merged.items():
+            column = f"{RUNS_COLUMN.get(group_by or '', 'runs')}_sum"
+            field = GROUP_FIELD.get(group_by or "", group_by)
+            folded = [{**row, "runs": row[column], "group": row[field] if field else "total"} for row in rows]
+            _merge([folded], into=groups)
+    return _total(merged[None]), {g: _ordered(org_id, g, merged[g]) for g in group_bys}
+
+
+def _ordered(org_id: UUID | str, group_by: str, groups: dict[str, dict[str, Any]]) -> list[SpendRow]:
     if group_by in TIME_GROUPS:
         ordered = sorted(groups.values(), key=lambda g: _key(g["group"]))
     else:
@@ -84,21 +116,24 @@ def spend_by(*, org_id: UUID | str, group_by: str, since: datetime | None = None
     return [_row(g, labels) for g in ordered]
 
 
-def spend_total(*, org_id: UUID | str, since: datetime | None = None, until: datetime | None = None,
-                from_rows: bool = False) -> SpendRow:
-    total = _spend(org_id, None, since, until, from_rows).get("total") or {"group": "total", **dict.fromkeys(SUMS, 0)}
-    return _row(total, {"total": "Total"})
+def _total(groups: dict[str, dict[str, Any]]) -> SpendRow:
+    return _row(groups.get("total") or {"group": "total", **dict.fromkeys(SUMS, 0)}, {"total": "Total"})
 
 
 def _spend(org_id: UUID | str, group_by: str | None, since: datetime | None, until: datetime | None,
            from_rows: bool) -> dict[str, dict[str, Any]]:
     """Group key -> {"group": value, sums}: the rollup's whole days plus the usage rows of partial days."""
-    parts: list[QuerySet] = []
+    parts: list[Any] = []
     days, edges = (None, [(since, until)]) if from_rows else _split(since, until)
     if days is not None:
         parts.append(_rollup_groups(org_id, group_by, *days))
     parts += [_row_groups(org_id, group_by, start, end) for start, end in edges]
-    merged: dict[str, dict[str, Any]] = {}
+    return _merge(parts)
+
+
+def _merge(parts: list[Any], into: dict[str, dict[str, Any]] | None = None) -> dict[str, dict[str, Any]]:
+    """Adds up parts (iterables of {"group": value, sums}) per group; groups without calls are left out."""
+    merged = {} if into is None else into
     for part in parts:
         for g in part:
             group = g.get("group", "total")
@@ -109,7 +144,9 @@ def _spend(org_id: UUID | str, group_by: str | None, since: datetime | None, unt
             entry = merged.setdefault(_key(group), {"group": group, **dict.fromkeys(SUMS, 0)})
             for name in SUMS:
                 entry[name] += g[name] or 0
-    return {k: v for k, v in merged.items() if v["calls"]}
+    for key in [k for k, v in merged.items() if not v["calls"]]:
+        del merged[key]
+    return merged
 
 
 def _split(since: datetime | None, until: datetime | None) -> tuple[tuple[date | None, date | None] | None,
@@ -131,12 +168,17 @@ def _split(since: datetime | None, until: datetime | None) -> tuple[tuple[date |
     return (first and first.date(), end and end.date()), edges
 
 
-def _rollup_groups(org_id: UUID | str, group_by: str | None, first: date | None, end: date | None) -> QuerySet:
+def _days(org_id: UUID | str, first: date | None, end: date | None) -> QuerySet[DailySpend]:
     rows = DailySpend.objects.filter(org_id=org_id)
     if first:
         rows = rows.filter(day__gte=first)
     if end:
         rows = rows.filter(day__lt=end)
+    return rows
+
+
+def _rollup_groups(org_id: UUID | str, group_by: str | None, first: date | None, end: date | None) -> Any:
+    rows = _days(org_id, first, end)
     sums = {"runs": Sum(RUNS_COLUMN.get(group_by or "", "runs")), "calls": Sum("calls"),
             "tokens_in": Sum("input_tokens"), "tokens_cached": Sum("cached_tokens"),
             "tokens_out": Sum("output_tokens"), "cost": Sum("cost_usd"), "unknown_calls": Sum("unknown_calls")}
@@ -152,7 +194,7 @@ def _rollup_groups(org_id: UUID | str, group_by: str | None, first: date | None,
 
 
 def _row_groups(org_id: UUID | str, group_by: str | None, since: datetime | None,
-                until: datetime | None) -> QuerySet:
+                until: datetime | None) -> Any:
     """The same sums from usage rows; a row counts its run when no earlier call of the run is in its group."""
     earlier = UsageRecord.objects.filter(org_id=OuterRef("org_id"), run_id=OuterRef("run_id")).filter(
         Q(created_at__lt=OuterRef("created_at")) | Q(created_at=OuterRef("created_at"), id__lt=OuterRef("id")))

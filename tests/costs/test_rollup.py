@@ -75,6 +75,9 @@ def test_the_rollup_and_the_usage_rows_give_the_same_numbers(org, owner):
             fast = selectors.spend_by(group_by=group_by, **window)
             assert fast == selectors.spend_by(group_by=group_by, from_rows=True, **window), (group_by, since, until)
         assert selectors.spend_total(**window) == selectors.spend_total(from_rows=True, **window)
+        total, by = selectors.spend_breakdowns(group_bys=["crew", "agent", "model", "provider"], **window)
+        assert total == selectors.spend_total(**window)
+        assert by == {g: selectors.spend_by(group_by=g, **window) for g in by}  # the costs page's one read
 
     everything = selectors.spend_total(org_id=org.id)
     raw = UsageRecord.objects.filter(org=org)

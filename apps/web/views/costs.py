@@ -42,14 +42,14 @@ def costs_context(request: HttpRequest, *, price_form: PriceForm | None = None,
     org_id = request.actor.org_id
     form, since, until, group_by = cost_range(request)
     series = selectors.spend_by(org_id=org_id, group_by=group_by, since=since, until=until)
+    total, by = selectors.spend_breakdowns(org_id=org_id, group_bys=[key for key, _ in BREAKDOWNS], since=since,
+                                           until=until)
     chart = {"labels": [r.key for r in series],
              "cost": [float(r.cost_usd) if r.cost_usd is not None else None for r in series],
              "unknown": [r.unknown_calls for r in series]}
     return {
         "form": form, "since": since, "until": until, "group_by": group_by, "series": series, "chart": chart,
-        "total": selectors.spend_total(org_id=org_id, since=since, until=until),
-        "breakdowns": [(key, title, selectors.spend_by(org_id=org_id, group_by=key, since=since, until=until))
-                       for key, title in BREAKDOWNS],
+        "total": total, "breakdowns": [(key, title, by[key]) for key, title in BREAKDOWNS],
         "top_runs": history.top_runs(org_id=org_id, since=since, until=until),
         "outcomes": history.successful_run_cost(org_id=org_id, since=since, until=until),
         "waits": history.approval_waits(org_id=org_id, since=since, until=until),
