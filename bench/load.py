@@ -1,0 +1,438 @@
+"""Airlock under load, on loopback, against a stack it starts itself: one web process (uvicorn, HTTP API and
+websockets) and one Celery worker with --concurrency 2, on a database of its own.
+
+    .venv/bin/python bench/load.py [--runs 200] [--storm 500] [--clients 100] [--threads 16]
+
+1. Concurrent runs: `--runs` runs of a short crew (the scripted model, one read of the bundled order desk over
+   stdio MCP, then an answer), all started at once through the API (POST /crews/{id}/runs from a thread pool).
+   While they run, `--clients` websocket clients sit on the run pages of the first runs (/ws/run/{id}/).
+2. Approval storm: `--storm` runs whose one tool call (a refund on the order desk, granted `approve`) waits for
+   a person; once all wait, every pending approval is decided through the API (POST /approvals/{id}/decision
+   with an approver's token) from a thread pool, all at once.
+
+It prints one table: throughput (runs/s, decisions/s), p50/p95 latencies, errors, and the "nothing lost"
+checks: every run ended as expected (succeeded, or waiting before the storm's decisions), every approved
+refund ran exactly once by the ledger (one `succeeded` ToolCall, one attempt) and by the order desk's own store
+(one refund per request id, none repeated, the order's refunded total matching), and every websocket client
+saw every event of its run, in order, without duplicates. Results: bench/results/load-<timestamp>.json.
+
+Database `airlock_bench_load` on DATABASE_URL's server (dropped and recreated), Redis database 13 of REDIS_URL's
+server (flushed), the order desk's store under var/bench/. Not part of the test suite. docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.run import RESULTS, quantile  # noqa: E402
+
+DB = "airlock_bench_load"
+DESK_DATA = ROOT / "var" / "bench" / "load-orders.json"
+STORM_ORDER = "A-1003"  # total 12,500 cents: room for 500 refunds of 1 cent (and more)
+TERMINAL = ("succeeded", "failed", "cancelled", "timed_out", "limit_exceeded")
+
+
+# --- environment -----------------------------------------------------------------------------------------
+
+def configure() -> str:
+    """A fresh database and Redis db for this run; settings for this process and the ones it starts."""
+    import psycopg
+    from cryptography.fernet import Fernet
+
+    url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/airlock"
+    if not url.startswith("postgres"):
+        sys.exit("bench/load.py needs Postgres (DATABASE_URL=postgres://...).")
+    parsed = urlparse(url)
+    with psycopg.connect(urlunparse(parsed._replace(path="/postgres")), autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{DB}"')
+    redis_url = urlunparse(urlparse(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0")._replace(path="/13"))
+    os.environ.update({
+        "DATABASE_URL": urlunparse(parsed._replace(path=f"/{DB}")), "REDIS_URL": redis_url,
+        "DJANGO_SETTINGS_MODULE": "config.settings", "DEBUG": "0", "SECRET_KEY": "bench-load-" + "x" * 40,
+        "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0", "AIRLOCK_CHANNEL_PREFIX": "airlock-load",
+        "AIRLOCK_EGRESS_ALLOW_PRIVATE": "1",
+    })
+    os.environ.setdefault("AIRLOCK_ENCRYPTION_KEY", Fernet.generate_key().decode())
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    os.chdir(ROOT)
+    import django
+
+    django.setup()
+    import redis
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    redis.Redis.from_url(redis_url).flushdb()
+    DESK_DATA.parent.mkdir(parents=True, exist_ok=True)
+    for path in (DESK_DATA, DESK_DATA.with_suffix(".lock")):
+        path.unlink(missing_ok=True)
+    return redis_url
+
+
+def setup() -> dict:
+    """An org, the order desk over stdio, the short crew and the held-refund crew, tokens, a session."""
+    from apps.accounts import services as accounts
+    from apps.accounts.actors import member_actor
+    from apps.accounts.models import Membership
+    from apps.agents import services as agents
+    from apps.crews import services as crews
+    from apps.registry import services as registry
+    from bench.live import _session_cookie
+
+    user = accounts.ensure_user(email="load@example.com", password="load-password-123")
+    org, _, _ = accounts.create_organization(name="Load", owner_email=user.email)
+    owner = Membership.objects.select_related("user", "org").get(org=org, role="owner")
+    actor = member_actor(owner)
+    server = registry.create_server(actor=actor, name="orders", transport="stdio", trust_tier="internal",
+                                    command=sys.executable, args=["-m", "apps.demo.order_desk", "stdio"],
+                                    cwd=str(ROOT), env={"ORDER_DESK_DATA": str(DESK_DATA)}, sync=False)
+    report = registry.sync_server(actor=actor, server_id=server.id)
+    assert report.status == "ok", report.error
+    connection = agents.create_connection(actor=actor, name="Scripted", provider="scripted")
+    reader = agents.create_agent(
+        actor=actor, name="Reader", connection_id=connection.id,
+        script=[{"call": [{"tool": "orders.get_order_status", "args": {"order_id": "{{input.order_id}}"}}]},
+                {"say": "Looked it up.\nSTATUS: done\nREASON: one read"}],
+        grants=[{"tool": "orders.get_order_status", "policy": "auto"}])
+    refunder = agents.create_agent(
+        actor=actor, name="Refunder", connection_id=connection.id,
+        script=[{"call": [{"tool": "orders.refund_order", "args": {
+            "order_id": STORM_ORDER, "amount_cents": 1, "request_id": "load-{{input.order_id}}"}}]},
+                {"say": "Refunded.\nSTATUS: done\nREASON: approved"}],
+        grants=[{"tool": "orders.refund_order", "policy": "approve"}])
+    inputs = [{"name": "order_id", "type": "string", "required": True}]
+    short = crews.create_crew(actor=actor, name="Short", process="sequential", inputs=inputs,
+                              tasks=[{"name": "look", "agent_id": reader.id, "description": "Look up {order_id}."}])
+    held = crews.create_crew(actor=actor, name="Held refund", process="sequential", inputs=inputs,
+                             tasks=[{"name": "refund", "agent_id": refunder.id, "description": "Refund {order_id}."}])
+    _, starter = accounts.create_api_token(actor=None, org_id=org.id, name="load starter", role="builder")
+    _, approver = accounts.create_api_token(actor=None, org_id=org.id, name="load approver", role="approver")
+    return {"org_id": str(org.id), "short": str(short.id), "held": str(held.id), "starter": starter,
+            "approver": approver, "cookie": _session_cookie(user.id)}
+
+
+def worker_process():
+    from bench.live import process
+
+    return process("load-worker", [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "runs,default",
+                                   "--concurrency", "2", "--without-mingle", "--without-gossip", "-l", "info",
+                                   "-n", f"load-{os.getpid()}@%h"], ready="ready.")
+
+
+def web_process():
+    from bench.live import _free_port, process
+
+    port = _free_port()
+    return port, process("load-web", [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host",
+                                      "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"],
+                         port=port)
+
+
+# --- helpers ---------------------------------------------------------------------------------------------
+
+def ms(values: list[float]) -> tuple[float, float]:
+    return (round(statistics.median(values), 1), round(quantile(values, 0.95), 1)) if values else (float("nan"),) * 2
+
+
+def timed_requests(method: str, urls_and_bodies: list[tuple[str, dict]], token: str, threads: int,
+                   ok: int) -> tuple[list, list[float], list[str], float]:
+    """Sends every request from a pool of `threads` (one keep-alive session each); (answers, latencies ms,
+    errors, wall seconds)."""
+    import requests
+
+    local = threading.local()
+
+    def send(item):
+        url, body = item
+        session = getattr(local, "session", None)
+        if session is None:
+            session = local.session = requests.Session()
+            session.headers["Authorization"] = f"Bearer {token}"
+        started = time.perf_counter()
+        try:
+            response = session.request(method, url, json=body, timeout=120)
+        except requests.RequestException as exc:
+            return None, (time.perf_counter() - started) * 1000, f"{type(exc).__name__}: {exc}"
+        elapsed = (time.perf_counter() - started) * 1000
+        if response.status_code != ok:
+            return None, elapsed, f"HTTP {response.status_code}: {response.text[:200]}"
+        return response.json(), elapsed, None
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        results = list(pool.map(send, urls_and_bodies))
+    wall = time.perf_counter() - started
+    return ([r[0] for r in results], [r[1] for r in results], [r[2] for r in results if r[2]], wall)
+
+
+def wait_until(what: str, predicate, timeout: float, interval: float = 0.5):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise TimeoutError(f"timed out waiting for {what}")
+
+
+class Watchers:
+    """`n` websocket clients, one per run page, on one event loop in its own thread. Each records
+    (seq, type, arrival wall time, event time) of every JSON event frame."""
+
+    def __init__(self, base: str, cookie: str, run_ids: list[str]) -> None:
+        self.base, self.cookie, self.run_ids = base, cookie, run_ids
+        self.frames: dict[str, list[tuple[int, str, float, float]]] = {r: [] for r in run_ids}
+        self.errors: list[str] = []
+        self.connected = threading.Event()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _watch(self, run_id: str, opened: list) -> None:
+        import websockets
+
+        headers = {"Origin": self.base, "Cookie": f"sessionid={self.cookie}"}
+        url = self.base.replace("http://", "ws://") + f"/ws/run/{run_id}/?last_seq=0"
+        try:
+            async with websockets.connect(url, additional_headers=headers, max_size=None, open_timeout=60) as ws:
+                opened.append(run_id)
+                if len(opened) == len(self.run_ids):
+                    self.connected.set()
+                while not self.stop.is_set():
+                    try:
+                        frame = await asyncio.wait_for(ws.recv(), 0.5)
+                    except TimeoutError:
+                        continue
+                    now = time.time()
+                    if isinstance(frame, str) and frame.startswith("{"):
+                        event = json.loads(frame)
+                        at = datetime.fromisoformat(event["at"]).timestamp() if event.get("at") else now
+                        self.frames[run_id].append((event["seq"], event["type"], now, at))
+        except Exception as exc:  # counted and reported, never hidden
+            self.errors.append(f"{run_id}: {type(exc).__name__}: {exc}")
+            self.connected.set()
+
+    async def _main(self) -> None:
+        opened: list = []
+        await asyncio.gather(*(self._watch(r, opened) for r in self.run_ids))
+
+    def __enter__(self) -> Watchers:
+        self.thread.start()
+        if not self.connected.wait(120):
+            raise RuntimeError("websocket clients did not connect")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(30)
+
+
+# --- the phases ------------------------------------------------------------------------------------------
+
+def concurrent_runs(base: str, s: dict, runs: int, clients: int, threads: int) -> dict:
+    from apps.runs.models import Run, RunEvent
+
+    orders = ["A-1001", "A-1002", "A-1003"]
+    items = [(f"{base}/api/v1/crews/{s['short']}/runs", {"inputs": {"order_id": orders[n % 3]}}) for n in range(runs)]
+    # The run pages' clients connect as soon as their runs exist: start the first `clients` runs, watch them,
+    # then start the rest. All requests go out from the same pool, back to back.
+    first = min(clients, runs)
+    answers, latencies, errors, wall = timed_requests("POST", items[:first], s["starter"], threads, ok=201)
+    started_at = time.time() - wall
+    watched = [a["id"] for a in answers if a]
+    with Watchers(base, s["cookie"], watched) as watchers:
+        more, more_latencies, more_errors, _ = timed_requests("POST", items[first:], s["starter"], threads,
+                                                                      ok=201)
+        answers += more
+        latencies += more_latencies
+        errors += more_errors
+        ids = [a["id"] for a in answers if a]
+        wait_until("the runs to finish", lambda: Run.objects.filter(id__in=ids, status__in=TERMINAL).count()
+                   == len(ids), timeout=1800, interval=1)
+        finished = time.time()
+        time.sleep(3)  # the last frames
+    rows = list(Run.objects.filter(id__in=ids).values("id", "status", "created_at", "started_at", "finished_at"))
+    statuses = {}
+    for row in rows:
+        statuses[row["status"]] = statuses.get(row["status"], 0) + 1
+    last_finish = max(r["finished_at"] for r in rows).timestamp()
+    # websocket completeness: every event of the run, in order, no duplicates
+    complete, frame_ms, frames = 0, [], 0
+    expected = {str(r): list(RunEvent.objects.filter(run_id=r).order_by("seq").values_list("seq", flat=True))
+                for r in watched}
+    problems = []
+    for run_id, got in watchers.frames.items():
+        seqs = [f[0] for f in got]
+        frames += len(seqs)
+        if seqs == expected[run_id] and seqs:
+            complete += 1
+        else:
+            problems.append((run_id, len(seqs), len(expected[run_id])))
+        frame_ms += [(arrived - at) * 1000 for _, _, arrived, at in got if arrived >= at]
+    return {
+        "runs": runs, "started": len(ids), "api_errors": errors[:5], "api_error_count": len(errors),
+        "start_ms": ms(latencies), "statuses": statuses,
+        "runs_per_s": round(len(ids) / (last_finish - started_at), 2),
+        "wall_s": round(finished - started_at, 1),
+        "queued_to_finished_ms": ms([(r["finished_at"] - r["created_at"]).total_seconds() * 1000 for r in rows
+                                     if r["finished_at"]]),
+        "started_to_finished_ms": ms([(r["finished_at"] - r["started_at"]).total_seconds() * 1000 for r in rows
+                                      if r["finished_at"] and r["started_at"]]),
+        "clients": len(watched), "ws_errors": watchers.errors[:5], "ws_error_count": len(watchers.errors),
+        "ws_complete": complete, "ws_frames": frames, "ws_problems": problems[:5],
+        "event_to_frame_ms": ms(frame_ms),
+    }
+
+
+def approval_storm(base: str, s: dict, storm: int, threads: int) -> dict:
+    from apps.approvals.models import ApprovalRequest
+    from apps.runs.models import Run, ToolCall
+
+    items = [(f"{base}/api/v1/crews/{s['held']}/runs", {"inputs": {"order_id": f"S-{n:04d}"}}) for n in range(storm)]
+    answers, start_latencies, start_errors, _ = timed_requests("POST", items, s["starter"], threads, ok=201)
+    ids = [a["id"] for a in answers if a]
+    t0 = time.perf_counter()
+    wait_until("the storm's runs to wait", lambda: Run.objects.filter(id__in=ids).exclude(status="queued")
+               .exclude(status="running").count() == len(ids), timeout=1800, interval=1)
+    to_waiting_s = time.perf_counter() - t0
+    waiting = Run.objects.filter(id__in=ids, status="waiting").count()
+    pending = list(ApprovalRequest.objects.filter(run_id__in=ids, status="pending").values_list("id", flat=True))
+    decisions = [(f"{base}/api/v1/approvals/{a}/decision", {"decision": "approve", "comment": "load"})
+                 for a in pending]
+    answered, latencies, errors, wall = timed_requests("POST", decisions, s["approver"], threads, ok=200)
+    decided_at = time.time()
+    wait_until("the approved runs to finish", lambda: Run.objects.filter(id__in=ids, status__in=TERMINAL).count()
+               == len(ids), timeout=1800, interval=1)
+    all_done_s = time.time() - decided_at
+    statuses = {}
+    for status in Run.objects.filter(id__in=ids).values_list("status", flat=True):
+        statuses[status] = statuses.get(status, 0) + 1
+    # exactly once: the ledger...
+    calls = list(ToolCall.objects.filter(run_id__in=ids, qualified_name="orders.refund_order")
+                 .values("run_id", "state", "attempts", "arguments", "dispatched_at", "approval_id"))
+    succeeded = [c for c in calls if c["state"] == "succeeded"]
+    decided = dict(ApprovalRequest.objects.filter(run_id__in=ids).values_list("id", "decided_at"))
+    dispatch_ms = [(c["dispatched_at"] - decided[c["approval_id"]]).total_seconds() * 1000 for c in succeeded
+                   if c["dispatched_at"] and decided.get(c["approval_id"])]
+    # ...and the order desk's own store
+    store = json.loads(DESK_DATA.read_text())
+    refunds = {k: v for k, v in store["refunds"].items() if k.startswith("load-S-")}
+    expected_ids = {c["arguments"]["request_id"] for c in succeeded}
+    return {
+        "storm": storm, "started": len(ids), "start_errors": start_errors[:5], "start_error_count": len(start_errors),
+        "start_ms": ms(start_latencies), "to_waiting_s": round(to_waiting_s, 1), "waiting": waiting,
+        "pending": len(pending), "decided": sum(1 for a in answered if a), "decision_errors": errors[:5],
+        "decision_error_count": len(errors), "decision_ms": ms(latencies),
+        "decisions_per_s": round(len(pending) / wall, 1), "decisions_wall_s": round(wall, 1),
+        "decided_to_dispatched_ms": ms(dispatch_ms), "all_finished_s": round(all_done_s, 1), "statuses": statuses,
+        "ledger_calls": len(calls), "ledger_succeeded": len(succeeded),
+        "ledger_one_attempt": all(c["attempts"] == 1 for c in succeeded),
+        "desk_refunds": len(refunds), "desk_repeated": sum(1 for r in refunds.values() if r.get("repeated")),
+        "desk_matches_ledger": set(refunds) == expected_ids,
+        "desk_refunded_cents": store["orders"][STORM_ORDER]["refunded_cents"],
+    }
+
+
+# --- the table -------------------------------------------------------------------------------------------
+
+def table(r: dict, s: dict) -> str:
+    rows = []
+
+    def add(metric, value, check=None):
+        rows.append((metric, value, {True: "ok", False: "LOST", None: ""}[check]))
+
+    n = r["runs"]
+    add(f"runs: {n['runs']} started at once through the API", f"{n['started']} started, "
+        f"{n['api_error_count']} errors", n["api_error_count"] == 0)
+    add("runs: API start latency p50 / p95", f"{n['start_ms'][0]} / {n['start_ms'][1]} ms")
+    add("runs: throughput (first start -> last finish)", f"{n['runs_per_s']} runs/s ({n['wall_s']} s)")
+    add("runs: queued -> finished p50 / p95", f"{n['queued_to_finished_ms'][0] / 1000:.1f} / "
+        f"{n['queued_to_finished_ms'][1] / 1000:.1f} s")
+    add("runs: started -> finished p50 / p95",
+        f"{n['started_to_finished_ms'][0]} / {n['started_to_finished_ms'][1]} ms")
+    add("runs: all succeeded", json.dumps(n["statuses"]), n["statuses"] == {"succeeded": n["runs"]})
+    add(f"websockets: {n['clients']} clients on run pages", f"{n['ws_frames']} event frames, "
+        f"{n['ws_error_count']} errors", n["ws_error_count"] == 0)
+    add("websockets: event committed -> frame p50 / p95", f"{n['event_to_frame_ms'][0]} / "
+        f"{n['event_to_frame_ms'][1]} ms")
+    add("websockets: every event, in order, no duplicates", f"{n['ws_complete']}/{n['clients']} clients",
+        n["ws_complete"] == n["clients"])
+    a = r["storm"]
+    add(f"storm: {a['storm']} held runs started through the API", f"{a['started']} started, "
+        f"{a['start_error_count']} errors", a["start_error_count"] == 0)
+    add("storm: all waiting for a person", f"{a['waiting']} waiting, {a['pending']} pending "
+        f"({a['to_waiting_s']} s)", a["waiting"] == a["pending"] == a["storm"])
+    add("storm: decisions through the API", f"{a['decisions_per_s']} decisions/s ({a['decisions_wall_s']} s)")
+    add("storm: decision latency p50 / p95", f"{a['decision_ms'][0]} / {a['decision_ms'][1]} ms")
+    add("storm: decision errors", str(a["decision_error_count"]), a["decision_error_count"] == 0)
+    add("storm: decided -> approved call dispatched p50 / p95",
+        f"{a['decided_to_dispatched_ms'][0] / 1000:.1f} / {a['decided_to_dispatched_ms'][1] / 1000:.1f} s")
+    add("storm: all runs finished after the last decision", f"{a['all_finished_s']} s; {json.dumps(a['statuses'])}",
+        a["statuses"] == {"succeeded": a["storm"]})
+    add("storm: ledger: each approved call ran once", f"{a['ledger_succeeded']}/{a['ledger_calls']} succeeded, "
+        f"one attempt each: {a['ledger_one_attempt']}",
+        a["ledger_succeeded"] == a["ledger_calls"] == a["storm"] and a["ledger_one_attempt"])
+    add("storm: order desk: one refund per approval", f"{a['desk_refunds']} refunds, {a['desk_repeated']} repeated, "
+        f"matches ledger: {a['desk_matches_ledger']}, {a['desk_refunded_cents']} cents",
+        a["desk_refunds"] == a["storm"] and not a["desk_repeated"] and a["desk_matches_ledger"]
+        and a["desk_refunded_cents"] == a["storm"])
+    width = max(len(m) for m, _, _ in rows)
+    vwidth = max(len(v) for _, v, _ in rows)
+    lines = [f"{'':<{width}}  {'':<{vwidth}}  nothing lost", "-" * (width + vwidth + 16)]
+    lines += [f"{m:<{width}}  {v:<{vwidth}}  {c}" for m, v, c in rows]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=200, help="concurrent short runs (default 200)")
+    parser.add_argument("--storm", type=int, default=500, help="held calls decided through the API (default 500)")
+    parser.add_argument("--clients", type=int, default=100, help="websocket clients on run pages (default 100)")
+    parser.add_argument("--threads", type=int, default=16, help="HTTP client threads (default 16)")
+    args = parser.parse_args(argv)
+    begun = time.monotonic()
+    configure()
+    s = setup()
+    report: dict = {"started": datetime.now(UTC).isoformat(), "args": vars(args),
+                    "machine": {"cpus": os.cpu_count(), "load_before": os.getloadavg()}}
+    port, web = web_process()
+    with web, worker_process():
+        base = f"http://127.0.0.1:{port}"
+        print(f"{args.runs} concurrent runs, {args.clients} websocket clients ...", flush=True)
+        report["runs"] = concurrent_runs(base, s, args.runs, args.clients, args.threads)
+        print(f"approval storm of {args.storm} ...", flush=True)
+        report["storm"] = approval_storm(base, s, args.storm, args.threads)
+    report["machine"]["load_after"] = os.getloadavg()
+    report["seconds"] = round(time.monotonic() - begun, 1)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"load-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    report["table"] = table(report, s)
+    out.write_text(json.dumps(report, indent=2, default=str))
+    print()
+    print(report["table"])
+    load = report["machine"]
+    print(f"\nrun in {report['seconds']} s on {os.cpu_count()} CPUs (load average {load['load_before'][0]:.1f} "
+          f"before, {load['load_after'][0]:.1f} after); results: {out.relative_to(ROOT)}")
+    from apps.registry.pool import pool
+
+    pool.close_all()
+    report["ok"] = "LOST" not in report["table"]
+    return report
+
+
+if __name__ == "__main__":
+    sys.exit(0 if main()["ok"] else 1)
