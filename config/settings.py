@@ -49,6 +49,7 @@ AIRLOCK_GATEWAY_URL = os.environ.get("AIRLOCK_GATEWAY_URL", "http://127.0.0.1:80
 AIRLOCK_GATEWAY_ALLOWED_ORIGINS = env_list("AIRLOCK_GATEWAY_ALLOWED_ORIGINS")
 AIRLOCK_GATEWAY_MAX_BODY_BYTES = int(os.environ.get("AIRLOCK_GATEWAY_MAX_BODY_BYTES", str(1024 * 1024)))
 AIRLOCK_GATEWAY_POLL_S = float(os.environ.get("AIRLOCK_GATEWAY_POLL_S", "1.0"))
+AIRLOCK_GATEWAY_VIEW_REFRESH_S = float(os.environ.get("AIRLOCK_GATEWAY_VIEW_REFRESH_S", "30"))  # safety net
 # Argument names masked in traces, exports, run events and the audit log, on top of the built-in
 # secret patterns (token, password, api_key, authorization, ...). Whole names, case-insensitive.
 AIRLOCK_SENSITIVE_ARGUMENTS = env_list("AIRLOCK_SENSITIVE_ARGUMENTS") or ["ssn", "card_number", "cvv", "iban",

@@ -227,6 +227,11 @@ class LedgerWriter:
             self._queue.put(None)
             self._thread.join(timeout)
 
+    @property
+    def idle(self) -> bool:
+        """Everything queued so far is committed (or given up)."""
+        return self._idle.is_set() and self._queue.empty()
+
     def wait_idle(self, timeout: float = 10) -> bool:
         return self._idle.wait(timeout)
 

@@ -39,6 +39,17 @@ GRANTS = [
 OFFERED = {"orders.get_order_status", "orders.list_orders", "orders.refund_order", "time.get_current_time"}
 
 
+@pytest.fixture(scope="session")
+def other_gateway_url(django_db_setup, process_logs):
+    """A second gateway process on the same database, Redis and channel layer. It re-reads views
+    only when a change notice tells it to (its safety-net re-read is an hour away), so whatever
+    its clients hear came from another process's change."""
+    from tests.processes import gateway_server
+
+    with gateway_server(process_logs, AIRLOCK_GATEWAY_POLL_S="0.3", AIRLOCK_GATEWAY_VIEW_REFRESH_S="3600") as (url, _):
+        yield url
+
+
 @dataclass
 class Setup:
     org: object
@@ -68,8 +79,23 @@ def register_and_pin(actor, *, read: tuple[str, ...] = (), **fields):
     return server
 
 
+def wait_for_ledgers(*urls: str, timeout: float = 15) -> None:
+    """Until each gateway has committed its queued ledger rows: a test's database teardown must not
+    race a batch (TRUNCATE against the batch's transaction deadlocks)."""
+    deadline = time.monotonic() + timeout
+    for url in urls:
+        health = url.removesuffix("/mcp") + "/healthz"
+        while time.monotonic() < deadline:
+            try:
+                if httpx2.get(health, timeout=5).json().get("ledger_idle"):
+                    break
+            except httpx2.HTTPError:
+                break  # a gateway that is gone writes nothing
+            time.sleep(0.05)
+
+
 @pytest.fixture
-def setup(org, owner, tmp_path):
+def setup(org, owner, tmp_path, request):
     actor = member_actor(owner)
     data = tmp_path / "orders.json"
     register_and_pin(actor, name="orders", transport="stdio", trust_tier="internal", command=sys.executable,
@@ -83,6 +109,8 @@ def setup(org, owner, tmp_path):
     approver = DjangoClient(headers={"Authorization": f"Bearer {token_for(org, 'approver', name='approver')}"})
     yield Setup(org, actor, agent, data, admin, approver)
     pool.close_all()
+    wait_for_ledgers(*(request.getfixturevalue(name) for name in ("gateway_url", "other_gateway_url")
+                       if name in request.fixturenames))
 
 
 @asynccontextmanager
