@@ -5,10 +5,12 @@ and rate limits."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import pytest
 from django.db import connection
+from django.test import Client as DjangoClient
 from mcp.types import ToolListChangedNotification
 
 from apps.agents import services as agent_services
@@ -89,8 +91,10 @@ def test_a_held_write_is_approved_through_the_api_while_the_client_waits(gateway
     assert GatewaySession.objects.get(run_id=row.run_id).key.name == "Claude Desktop"
 
 
-def test_a_timed_out_hold_says_pending_and_the_same_call_after_approval_runs_once(gateway_url, setup):
+def test_a_timed_out_hold_says_pending_and_the_same_call_after_approval_runs_once(gateway_url, setup, approver):
     key = setup.create_key(hold_wait_s=1)["value"]
+    person = DjangoClient()
+    person.force_login(approver.user)
 
     async def call():
         async with mcp_client(gateway_url, key) as client:
@@ -100,12 +104,15 @@ def test_a_timed_out_hold_says_pending_and_the_same_call_after_approval_runs_onc
     assert first.is_error and first.content[0].text.startswith("PENDING APPROVAL")
     approval = ApprovalRequest.objects.get(status="pending")
     assert f"/inbox/#approval-{approval.id}" in first.content[0].text
+    # the link lands on the item: its card carries the anchor (and again once decided, in "Recently decided")
+    assert re.search(rf'<div class="card mb-3 inbox-item" id="approval-{approval.id}"', person.get("/inbox/").text)
     again = run_async(call())  # the same call before anyone decided: still the one request, not a second
     assert again.is_error and ApprovalRequest.objects.count() == 1
     assert refunds(setup) == {}
     decided = setup.approver_api.post(f"/api/v1/approvals/{approval.id}/decision", {"decision": "approve"},
                                       content_type="application/json")
     assert decided.status_code == 200
+    assert re.search(rf'<li [^>]*id="approval-{approval.id}"[^>]*>', person.get("/inbox/").text)
     retried = run_async(call())
     assert not retried.is_error and retried.structured_content["repeated"] is False
     assert list(refunds(setup)) == ["refund-A-1003"]
