@@ -2,9 +2,12 @@
 
 import os
 
+from django.conf import settings
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+if not settings.configured:  # this process serves ASGI (not a test process importing the app)
+    os.environ.setdefault("AIRLOCK_DB_POOL", "1")  # Postgres connections from a pool, not one per thread
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

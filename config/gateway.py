@@ -7,8 +7,11 @@ Django's handler refuses. Django is set up first; the app is `apps.gateway.serve
 import os
 
 import django
+from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+if not settings.configured:  # this process serves ASGI (not a test process importing the app)
+    os.environ.setdefault("AIRLOCK_DB_POOL", "1")  # Postgres connections from a pool, not one per thread
 django.setup()
 
 from apps.gateway.server import build_app  # noqa: E402

@@ -124,6 +124,14 @@ DATABASE_URL = os.environ.get("DATABASE_URL", "")
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
+    if env_bool("AIRLOCK_DB_POOL") and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+        # ASGI processes (web, gateway; config/asgi.py and config/gateway.py set this) run a request's ORM
+        # calls on a thread of that request: persistent per-thread connections pile up until Postgres
+        # refuses everyone (bench/load.py: 91 idle connections from one web process serving 100 run
+        # pages). They share a pool instead (Django's psycopg pool), as Django's docs advise for ASGI.
+        DATABASES["default"].update(CONN_MAX_AGE=0, CONN_HEALTH_CHECKS=False)
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1, "max_size": int(os.environ.get("AIRLOCK_DB_POOL_SIZE", "20")), "timeout": 30}
 else:
     DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "airlock.sqlite3"}}
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
