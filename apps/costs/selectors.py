@@ -27,6 +27,7 @@ from apps.costs.rollup import NO_ID
 GROUPS = ("day", "week", "month", "crew", "agent", "model", "provider")
 TIME_GROUPS = {"day": TruncDay, "week": TruncWeek, "month": TruncMonth}
 ZERO = Decimal(0)
+CENT_MILLIONTH = Decimal("0.00000001")  # the precision costs are stored with
 
 
 @dataclass(frozen=True)
@@ -321,7 +322,7 @@ def spent(budget: Budget, *, at: datetime | None = None, run_id: UUID | str | No
         rows = rows.filter(crew_id=budget.target_id)
     elif budget.scope == BudgetScope.AGENT:
         rows = rows.filter(agent_id=budget.target_id)
-    return rows.aggregate(total=Sum("cost_usd"))["total"] or ZERO
+    return (rows.aggregate(total=Sum("cost_usd"))["total"] or ZERO).quantize(CENT_MILLIONTH)  # SQLite sums floats
 
 
 @dataclass(frozen=True)
