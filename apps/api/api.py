@@ -21,6 +21,7 @@ from apps.api.routers import (
     servers,
     standing_approvals,
     tokens,
+    tool_calls,
     tools,
     webhooks,
 )
@@ -45,6 +46,7 @@ api.add_router("/crews", runs.crew_runs)
 api.add_router("/servers", servers.router)
 api.add_router("/tools", tools.router)
 api.add_router("/runs", runs.router)
+api.add_router("/tool-calls", tool_calls.router)
 api.add_router("/approvals", approvals.router)
 api.add_router("/standing-approvals", standing_approvals.router)
 api.add_router("/webhooks", webhooks.router)

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 
 from apps.core.errors import NotFound
-from apps.runs.models import Run, RunEvent, RunStep, StepKind, ToolCall
+from apps.runs.models import CallState, Run, RunEvent, RunStep, StepKind, ToolCall
 
 
 def org_runs(*, org_id: UUID | str, status: str | None = None, crew_id: UUID | str | None = None,
@@ -51,6 +51,31 @@ def get_tool_call(*, org_id: UUID | str, tool_call_id: UUID | str) -> ToolCall:
         return ToolCall.objects.select_related("run").get(org_id=org_id, id=tool_call_id)
     except (ToolCall.DoesNotExist, ValueError, ValidationError):
         raise NotFound("No such tool call.") from None
+
+
+def org_tool_calls(*, org_id: UUID | str, state: str | None = None) -> QuerySet[ToolCall]:
+    """The organisation's ledger rows, newest first, optionally in one state (e.g. `unknown`: a call
+    a worker sent and never heard back about, waiting for a person to say whether it happened)."""
+    rows = ToolCall.objects.filter(org_id=org_id).select_related("run").defer("run__snapshot", "run__state")
+    if state:
+        rows = rows.filter(state=state)
+    return rows.order_by("-created_at", "-id")
+
+
+def unknown_calls(*, org_id: UUID | str, crew_id: UUID | str | None = None, agent_id: UUID | str | None = None,
+                  server_id: UUID | str | None = None, risk: str | None = None) -> QuerySet[ToolCall]:
+    """Calls whose outcome is unknown, oldest first, with the inbox's filters (the run's crew, the agent
+    that asked, the tool's server and risk). A person resolves each: `services.resolve_unknown_call`."""
+    rows = org_tool_calls(org_id=org_id, state=CallState.UNKNOWN).select_related("step", "tool")
+    if crew_id:
+        rows = rows.filter(run__crew_id=crew_id)
+    if agent_id:
+        rows = rows.filter(step__agent_id=agent_id)
+    if server_id:
+        rows = rows.filter(tool__server_id=server_id)
+    if risk:
+        rows = rows.filter(tool__risk=risk)
+    return rows.defer("step__messages").order_by("created_at", "id")
 
 
 @dataclass

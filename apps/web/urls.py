@@ -98,6 +98,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/trace.json", exports.run_trace_json, name="run_trace"),
     path("runs/<uuid:run_id>/", runs.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/cancel/", runs.run_cancel, name="run_cancel"),
+    path("tool-calls/<uuid:tool_call_id>/resolve/", runs.tool_call_resolve, name="tool_call_resolve"),
     path("inbox/", inbox.inbox, name="inbox"),
     path("inbox/<uuid:approval_id>/decide/", inbox.inbox_decide, name="inbox_decide"),
     path("inbox/standing/", inbox.standing_list, name="standing_approvals"),

@@ -168,6 +168,21 @@ def _run_and_approval(org, crew_id: str, agent, tool) -> tuple[str, str]:
     return str(run.id), str(approval.id)
 
 
+def _unknown_tool_call(org, run_id: str, tool) -> str:
+    """A ledger row whose outcome is unknown (what a worker lost mid-call leaves), for the resolve routes."""
+    from apps.runs.models import RunStep, StepKind, ToolCall
+
+    turn = RunStep.objects.create(org=org, run_id=run_id, position=1, kind=StepKind.AGENT,
+                                  agent_name=f"{MARKER} agent", task="look")
+    step = RunStep.objects.create(org=org, run_id=run_id, parent=turn, position=2, kind=StepKind.LLM,
+                                  agent_name=f"{MARKER} agent", task="look")
+    row = ToolCall.objects.create(org=org, run_id=run_id, step=step, call_id="call-1", tool=tool,
+                                  qualified_name=tool.qualified_name, model_tool_name="orders__refund_order",
+                                  arguments={"order_id": MARKER}, args_hash="0" * 64, state="unknown",
+                                  idempotency_key=f"{MARKER}-1")
+    return str(row.id)
+
+
 def populate(org) -> Victim:
     """One of every object kind a route takes an id of, all in `org`, all named with MARKER."""
     tools = order_desk(org)
@@ -187,6 +202,7 @@ def populate(org) -> Victim:
         "crew_id": _crew(org, agent),
     }
     ids["run_id"], ids["approval_id"] = _run_and_approval(org, ids["crew_id"], agent, tools["refund_order"])
+    ids["tool_call_id"] = _unknown_tool_call(org, ids["run_id"], tools["refund_order"])
     owner_actor = member_actor(owner_of(org))
     price = costs.set_model_price(actor=owner_actor, model=f"{MARKER}-model", input_per_mtok=Decimal("1"),
                                   output_per_mtok=Decimal("2"), note=MARKER)

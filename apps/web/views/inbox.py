@@ -1,5 +1,6 @@
 """The approval inbox: pending items with everything needed to judge them, decisions (approve,
-reject with a comment, edit then approve, standing approvals), the standing-approvals page.
+reject with a comment, edit then approve, standing approvals), the calls whose outcome is unknown
+(answered through `web:tool_call_resolve`), the standing-approvals page.
 
 The item card (`web/inbox/_item.html`) is the one partial for the inbox, the run page's inline
 decision form and the live updates the inbox socket pushes.
@@ -36,6 +37,7 @@ from apps.web.access import member_required
 FILTERS = ("crew", "agent", "server", "risk", "kind")
 RISKS = ("read", "write", "dangerous")
 LAST_STEPS = 5
+UNKNOWN_SHOWN = 50
 
 
 def inbox_filters(params: Any) -> dict[str, Any]:
@@ -173,7 +175,10 @@ def inbox(request: HttpRequest) -> HttpResponse:
     query = "&".join(f"{k}={request.GET[k]}" for k in FILTERS if request.GET.get(k))
     items = [render_to_string("web/inbox/_item.html", item_context(r, request.actor), request=request)
              for r in pending]
-    context = {"items": items, "recent": recent,
+    unknown = [] if filters.get("kind") == ApprovalKind.DEFINITION_CHANGE else list(
+        runs.unknown_calls(org_id=org_id, **{k: v for k, v in filters.items() if k != "kind"})[:UNKNOWN_SHOWN])
+    context = {"items": items, "recent": recent, "unknown_calls": unknown,
+               "can_resolve": request.actor.can("approvals.decide"), "here": request.get_full_path(),
                "filters": {k: request.GET.get(k, "") for k in FILTERS}, "query": query,
                "since": timezone.now().isoformat(),
                "crews": crews.org_crews(org_id=org_id), "agents": agents.org_agents(org_id=org_id),

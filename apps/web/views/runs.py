@@ -15,7 +15,7 @@ from django.views.decorators.http import require_POST
 from apps.accounts import selectors as accounts
 from apps.agents import selectors as agents
 from apps.approvals import selectors as approvals
-from apps.core.errors import NotFound, ValidationFailed
+from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.crews import selectors as crews
 from apps.runs import history, selectors, services
 from apps.runs.models import RunStatus
@@ -57,7 +57,8 @@ def run_list(request: HttpRequest) -> HttpResponse:
 
 
 def run_context(run, actor=None) -> dict:
-    """The header and step tree; with an `actor`, each held call carries that viewer's inline decision card."""
+    """The header and step tree; with an `actor`, each held call carries that viewer's inline decision card
+    and `can_resolve` says whether they may answer a call whose outcome is unknown."""
     turns = selectors.run_tree(run)
     if actor is not None:
         from apps.web.views.inbox import item_context
@@ -70,7 +71,7 @@ def run_context(run, actor=None) -> dict:
                         tc.inline_decision = render_to_string(
                             "web/inbox/_item.html", {**item_context(request, actor), "summary": None,
                                                      "next": reverse("web:run_detail", args=[run.id])})
-    return {"run": run, "turns": turns}
+    return {"run": run, "turns": turns, "can_resolve": actor is not None and actor.can("approvals.decide")}
 
 
 @member_required()
@@ -100,6 +101,39 @@ def run_cancel(request: HttpRequest, run_id) -> HttpResponse:
     services.cancel_run(actor=request.actor, run_id=run_id)
     messages.success(request, "Cancel requested: the run stops at its next step.")
     return redirect("web:run_detail", run_id=run_id)
+
+
+RESOLVED_TEXT = {"succeeded": "Recorded: the call happened.", "failed": "Recorded: the call did not happen."}
+
+
+@require_POST
+@member_required("approvals.decide")
+def tool_call_resolve(request: HttpRequest, tool_call_id) -> HttpResponse:
+    """A person says what happened to a call whose outcome is unknown; the run resumes when nothing else waits."""
+    call = selectors.get_tool_call(org_id=request.actor.org_id, tool_call_id=tool_call_id)
+    outcome = request.POST.get("outcome", "")
+    try:
+        services.resolve_unknown_call(actor=request.actor, tool_call_id=call.id, outcome=outcome,
+                                      note=request.POST.get("note", ""))
+    except ValidationFailed as exc:
+        messages.error(request, " ".join([exc.message, *exc.errors.values()]))
+    except Conflict as exc:
+        messages.warning(request, exc.message)
+    else:
+        text = RESOLVED_TEXT[outcome]
+        messages.success(request, f"{text} The run resumes once nothing else waits." if not call.run.is_finished
+                         else text)
+    target = _next(request, reverse("web:run_detail", args=[call.run_id]))
+    if request.htmx:
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = target
+        return response
+    return redirect(target)
+
+
+def _next(request: HttpRequest, default: str) -> str:
+    target = request.POST.get("next", "")
+    return target if target.startswith("/") and not target.startswith("//") else default
 
 
 @member_required("runs.start")
