@@ -134,6 +134,41 @@ def worker_process():
                                    "-n", f"load-{os.getpid()}@%h"], ready="ready.")
 
 
+def beat_process():
+    """Beat, as in production: its sweeper re-enqueues a run whose task failed or whose worker died."""
+    from bench.live import process
+
+    schedule = ROOT / "var" / "bench" / "load-beat-schedule"
+    schedule.unlink(missing_ok=True)
+    return process("load-beat", [sys.executable, "-m", "celery", "-A", "config", "beat", "-l", "info", "-s",
+                                 str(schedule)], ready="beat: Starting")
+
+
+class Connections(threading.Thread):
+    """Samples pg_stat_activity twice a second: the peak connections of this stack's database and the server's."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.stop = threading.Event()
+        self.ours = self.server = 0
+
+    def run(self) -> None:
+        import psycopg
+
+        url = urlunparse(urlparse(os.environ["DATABASE_URL"])._replace(path="/postgres"))
+        with psycopg.connect(url, autocommit=True) as conn:
+            while not self.stop.wait(0.5):
+                rows = dict(conn.execute("SELECT coalesce(datname, ''), count(*) FROM pg_stat_activity "
+                                         "GROUP BY 1").fetchall())
+                self.ours = max(self.ours, rows.get(DB, 0))
+                self.server = max(self.server, sum(rows.values()))
+
+
+def worker_errors() -> list[str]:
+    log = ROOT / "var" / "bench" / "logs" / "load-worker.log"
+    return [line for line in log.read_text(errors="replace").splitlines() if "raised unexpected" in line]
+
+
 def web_process():
     from bench.live import _free_port, process
 
@@ -390,6 +425,10 @@ def table(r: dict, s: dict) -> str:
         f"matches ledger: {a['desk_matches_ledger']}, {a['desk_refunded_cents']} cents",
         a["desk_refunds"] == a["storm"] and not a["desk_repeated"] and a["desk_matches_ledger"]
         and a["desk_refunded_cents"] == a["storm"])
+    k = r["stack"]
+    add("stack: worker task errors (runs re-enqueued by beat)", str(k["worker_task_errors"]))
+    add("stack: peak Postgres connections (this stack / server)",
+        f"{k['db_connections_peak']} / {k['server_connections_peak']}")
     width = max(len(m) for m, _, _ in rows)
     vwidth = max(len(v) for _, v, _ in rows)
     lines = [f"{'':<{width}}  {'':<{vwidth}}  nothing lost", "-" * (width + vwidth + 16)]
@@ -410,12 +449,18 @@ def main(argv: list[str] | None = None) -> dict:
     report: dict = {"started": datetime.now(UTC).isoformat(), "args": vars(args),
                     "machine": {"cpus": os.cpu_count(), "load_before": os.getloadavg()}}
     port, web = web_process()
-    with web, worker_process():
+    connections = Connections()
+    connections.start()
+    with web, worker_process(), beat_process():
         base = f"http://127.0.0.1:{port}"
         print(f"{args.runs} concurrent runs, {args.clients} websocket clients ...", flush=True)
         report["runs"] = concurrent_runs(base, s, args.runs, args.clients, args.threads)
         print(f"approval storm of {args.storm} ...", flush=True)
         report["storm"] = approval_storm(base, s, args.storm, args.threads)
+    connections.stop.set()
+    errors = worker_errors()
+    report["stack"] = {"db_connections_peak": connections.ours, "server_connections_peak": connections.server,
+                       "worker_task_errors": len(errors), "worker_task_error_samples": errors[:5]}
     report["machine"]["load_after"] = os.getloadavg()
     report["seconds"] = round(time.monotonic() - begun, 1)
     RESULTS.mkdir(parents=True, exist_ok=True)
