@@ -8,6 +8,7 @@ its run snapshot with `build_model`, the connection page's "test connection" but
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -26,19 +27,36 @@ from apps.agents.scripted import scripted_model
 PROVIDERS = ("scripted", "openai", "openai_compatible", "anthropic")
 NEEDS_BASE_URL = {"openai_compatible"}
 DEFAULT_TIMEOUT_S = 30.0
+MODELS_KEPT = 32  # provider models (SDK clients) a thread keeps warm
 CHECK_TIMEOUT_S = 10.0
 # The engine owns retries (with backoff and jitter); the SDKs must not retry behind its back.
 BASE_SETTINGS: ModelSettings = {"max_retries": 0, "timeout": DEFAULT_TIMEOUT_S}
 T = TypeVar("T")
 
 
-def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Runs a coroutine to completion from sync code, even where this thread already runs an event loop
-    (then on a short-lived thread of its own)."""
+_thread = threading.local()
+
+
+def _loop_running() -> bool:
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(coroutine)
+        return False
+    return True
+
+
+def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Runs a coroutine to completion from sync code, even where this thread already runs an event loop
+    (then on a short-lived thread of its own).
+
+    The thread keeps its event loop between calls (`asyncio.Runner`): a worker's model clients and their
+    HTTP connections (`build_model` caches them) stay usable, where `asyncio.run` would close the loop
+    they belong to after every call."""
+    if not _loop_running():
+        runner = getattr(_thread, "runner", None)
+        if runner is None:
+            runner = _thread.runner = asyncio.Runner()
+        return runner.run(coroutine)
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coroutine).result()
 
@@ -68,10 +86,27 @@ def clean_base_url(value: str) -> str:
 def build_model(spec: ConnectionSpec, *, model_name: str, script: list[dict[str, Any]] | None = None,
                 inputs: Mapping[str, Any] | None = None, turn_offset: int = 0,
                 timeout_s: float = DEFAULT_TIMEOUT_S) -> Model:
-    """A ready-to-call pydantic-ai model. Raises ValueError for an unusable configuration."""
-    settings: ModelSettings = {**BASE_SETTINGS, "timeout": timeout_s}
+    """A ready-to-call pydantic-ai model. Raises ValueError for an unusable configuration.
+
+    Provider models are kept per thread and configuration, so a worker reuses the SDK client and its open
+    HTTP connections call after call (a new client per call would pay a TCP and TLS handshake each time)."""
     if spec.provider == "scripted":
         return scripted_model(script or [], inputs=inputs, turn_offset=turn_offset, name=model_name or "scripted")
+    if _loop_running():  # run_blocking will use a short-lived loop: a kept client would outlive it
+        return _provider_model(spec, model_name=model_name, timeout_s=timeout_s)
+    models = getattr(_thread, "models", None)
+    if models is None:
+        models = _thread.models = {}
+    key = (spec, model_name, timeout_s)
+    if key not in models:
+        if len(models) >= MODELS_KEPT:
+            models.pop(next(iter(models)))  # the oldest: connections rotate rarely
+        models[key] = _provider_model(spec, model_name=model_name, timeout_s=timeout_s)
+    return models[key]
+
+
+def _provider_model(spec: ConnectionSpec, *, model_name: str, timeout_s: float) -> Model:
+    settings: ModelSettings = {**BASE_SETTINGS, "timeout": timeout_s}
     if not model_name:
         raise ValueError("Choose a model name for this agent.")
     if spec.provider in ("openai", "openai_compatible"):

@@ -30,11 +30,19 @@ class Price:
     source: str  # which price was used, stored with the usage row
 
 
+UNSET = object()
+
+
 def price_call(*, org_id: UUID | str, provider: str, model: str, input_tokens: int, output_tokens: int,
-               cached_tokens: int = 0, at: datetime | None = None) -> Price:
-    """The cost of one call. `input_tokens` includes `cached_tokens` (as providers report them)."""
+               cached_tokens: int = 0, at: datetime | None = None, override: ModelPrice | object | None = UNSET
+               ) -> Price:
+    """The cost of one call. `input_tokens` includes `cached_tokens` (as providers report them).
+
+    `override`: the org's price row for this model as the caller already looked it up (`find_override`,
+    None for none), so a worker reads it once per task rather than per call."""
     at = at or timezone.now()
-    override = _override(org_id=org_id, provider=provider, model=model, at=at)
+    if override is UNSET:
+        override = find_override(org_id=org_id, provider=provider, model=model, at=at)
     if override is not None:
         cached_rate = override.cached_per_mtok if override.cached_per_mtok is not None else override.input_per_mtok
         cost = ((input_tokens - cached_tokens) * override.input_per_mtok + cached_tokens * cached_rate
@@ -51,7 +59,8 @@ def price_call(*, org_id: UUID | str, provider: str, model: str, input_tokens: i
     return Price(Decimal(calc.total_price).quantize(Decimal("0.00000001")), GENAI_SOURCE)
 
 
-def _override(*, org_id: UUID | str, provider: str, model: str, at: datetime) -> ModelPrice | None:
+def find_override(*, org_id: UUID | str, provider: str, model: str, at: datetime | None = None) -> ModelPrice | None:
+    at = at or timezone.now()
     return (ModelPrice.objects.filter(org_id=org_id, model=model, effective_from__lte=at)
             .filter(Q(provider=provider) | Q(provider=""))
             .order_by("-effective_from", "-provider").first())

@@ -25,7 +25,7 @@ from apps.core.errors import NotFound, ValidationFailed
 from apps.core.realtime import org_group, publish_after_commit
 from apps.costs import rollup, selectors
 from apps.costs.models import DEFAULT_THRESHOLDS, Budget, BudgetAlert, BudgetScope, ModelPrice, UsageRecord
-from apps.costs.pricing import price_call
+from apps.costs.pricing import UNSET, price_call
 from apps.notifications import services as notifications
 
 logger = logging.getLogger(__name__)
@@ -37,16 +37,22 @@ BUDGET_NOTIFIERS: list[Callable[[BudgetAlert], None]] = []
 def record_usage(*, org_id: UUID | str, provider: str, model: str, input_tokens: int, output_tokens: int,
                  cached_tokens: int = 0, latency_ms: int = 0, run_id: UUID | str | None = None,
                  crew_id: UUID | str | None = None, agent_id: UUID | str | None = None,
-                 at: datetime | None = None) -> UsageRecord:
+                 at: datetime | None = None, override: Any = UNSET, firsts: rollup.FirstCalls | None = None,
+                 budgets: bool = True) -> UsageRecord:
     """Prices one model call now (override, genai-prices, or unknown) and stores it. Called by the engine.
 
     The usage row and its day's `DailySpend` row change in one transaction. `at` (default now) is for
     loading history: calls of a run must then be recorded in time order (see `apps.costs.rollup`).
+    What the engine's run store already knows it passes in, so a model call costs no extra reads: the
+    price `override` (see `price_call`), `firsts` (else `rollup.first_calls` asks the table) and
+    `budgets=False` when no budget counts this call (no threshold to check).
     """
     price = price_call(org_id=org_id, provider=provider, model=model, input_tokens=input_tokens,
-                       output_tokens=output_tokens, cached_tokens=cached_tokens, at=at)
+                       output_tokens=output_tokens, cached_tokens=cached_tokens, at=at, override=override)
     with transaction.atomic():
-        firsts = rollup.first_calls(org_id=org_id, run_id=run_id, agent_id=agent_id, provider=provider, model=model)
+        if firsts is None:
+            firsts = rollup.first_calls(org_id=org_id, run_id=run_id, agent_id=agent_id, provider=provider,
+                                        model=model)
         record = UsageRecord(
             org_id=org_id, run_id=run_id, crew_id=crew_id, agent_id=agent_id, provider=provider, model=model,
             input_tokens=input_tokens, cached_tokens=cached_tokens, output_tokens=output_tokens,
@@ -59,7 +65,8 @@ def record_usage(*, org_id: UUID | str, provider: str, model: str, input_tokens:
                          agent_id=agent_id, provider=provider, model=model, input_tokens=input_tokens,
                          cached_tokens=cached_tokens, output_tokens=output_tokens, cost_usd=price.cost_usd,
                          firsts=firsts)
-        alert_thresholds(org_id=org_id, crew_id=crew_id, agent_id=agent_id, run_id=run_id)
+        if budgets:
+            alert_thresholds(org_id=org_id, crew_id=crew_id, agent_id=agent_id, run_id=run_id)
     return record
 
 

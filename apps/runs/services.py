@@ -362,7 +362,7 @@ def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
     run = _claim(run_id, owner)
     if run is None:
         return "skipped"
-    store = RunStore(run_id, owner)
+    store = RunStore(run_id, owner, run=run)
     if run.deliveries > max_deliveries():
         store.finish(RunStatus.FAILED, error=f"The worker running this run was lost {run.deliveries} times; "
                                              "giving up instead of trying again.", error_class="internal")

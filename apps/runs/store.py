@@ -7,12 +7,16 @@ them after commit, so the engine commits every step before the next.
 
 from __future__ import annotations
 
+import json
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
@@ -23,14 +27,19 @@ from apps.approvals import services as approvals
 from apps.approvals import standing
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
+from apps.costs import selectors as costs_selectors
 from apps.costs import services as costs
+from apps.costs.models import ModelPrice, UsageRecord
+from apps.costs.pricing import find_override
+from apps.costs.rollup import FirstCalls
 from apps.notifications.services import notify
 from apps.registry.models import Tool
 from apps.runs.engine.errors import LeaseLost
-from apps.runs.events import append_event, publish_status
+from apps.runs.events import append_events, publish_status
 from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolCall
 
 APPROVAL_TTL = timedelta(hours=24)
+_APPEND_MESSAGES_SQL = "UPDATE runs_runstep SET messages = messages || %s::jsonb, updated_at = %s WHERE id = %s"
 
 
 def lease_seconds() -> int:
@@ -46,9 +55,11 @@ def load_messages(data: list[dict[str, Any]] | None) -> list[ModelMessage]:
 
 
 class RunStore:
-    def __init__(self, run_id: str, lease_owner: str) -> None:
+    def __init__(self, run_id: str, lease_owner: str, *, run: Run | None = None) -> None:
+        """`run`: the row as the caller read it just now (the claim), so the first step need not read it."""
         self.run_id, self.lease_owner = str(run_id), lease_owner
-        self.run = Run.objects.get(id=run_id)
+        self.run = run if run is not None else Run.objects.get(id=run_id)
+        self._fresh = run is not None
         # While this store's worker holds the lease it is the only writer of the run's turns, so the
         # turn in progress and its parsed history stay in memory between steps: a step parses and
         # dumps only the messages it adds, not the whole conversation (bench/run.py, per-step cost).
@@ -61,11 +72,61 @@ class RunStore:
         self._last_call: dict[str, RunStep] = {}
         self._rows: dict[str, list[ToolCall]] = {}
         self._connections: dict[str, ConnectionSpec] = {}
+        self._decided: Counter[tuple[str, str]] | None = None  # (tool, args hash) of calls past `proposed`
+        self._budgets: dict[str, bool] = {}  # agent id -> does any budget apply to its calls
+        self._live: dict[str, Any] = {}  # registry rows and approvals read in this step
+        self._overrides: dict[tuple[str, str], ModelPrice | None] = {}  # (provider, model) -> the org's price
+        self._used: set[tuple[str, Any]] | None = None  # the run's usage so far, for the rollup's run counts
+        # Writes gathered into the store's next transaction (see `atomic`).
+        self._depth = 0
+        self._events: list[tuple[str, dict[str, Any]]] = []
+        self._deferred: list[tuple[ToolCall, str, dict[str, Any], str | None, dict | None]] = []
+
+    # --- transactions ---------------------------------------------------------------------------
+
+    @contextmanager
+    def atomic(self) -> Iterator[None]:
+        """A store transaction. Its events go out in one statement at its end (the run row's lock is
+        taken there, so a step's events cost one round trip, not one each), and writes `defer`red by
+        the step before (a tool call's completion) are written at its start: a completion then shares
+        the commit of the conversation it answers, or of the next call's `dispatched` (always before
+        that call leaves). A worker that dies in between leaves the row `dispatched`, read as `unknown`
+        on resume: the same as dying before the result was stored."""
+        outer, mark = self._depth == 0, len(self._events)
+        with transaction.atomic():
+            self._depth += 1
+            try:
+                if outer:
+                    self._flush_deferred()
+                yield
+                if outer:
+                    events, self._events = self._events, []
+                    append_events(self.run_id, events)
+            except BaseException:
+                del self._events[mark:]
+                raise
+            finally:
+                self._depth -= 1
+
+    def flush(self) -> None:
+        """Writes what is deferred now (the engine calls it before handing the run back)."""
+        if self._deferred:
+            with self.atomic():
+                pass
+
+    def _flush_deferred(self) -> None:
+        deferred, self._deferred = self._deferred, []
+        for row, expect, fields, event, event_data in deferred:
+            if not self._transition(row, expect=expect, event=event, event_data=event_data, **fields):
+                raise LeaseLost(self.run_id)  # another worker made the row `unknown`: the run is theirs
 
     # --- the run row ----------------------------------------------------------------------------
 
     def refresh(self) -> Run:
-        self.run = Run.objects.get(id=self.run_id)
+        if not self._fresh:
+            self.run = Run.objects.get(id=self.run_id)
+        self._fresh = False
+        self._live.clear()
         return self.run
 
     def renew_lease(self) -> None:
@@ -96,17 +157,22 @@ class RunStore:
             raise LeaseLost(self.run_id)
 
     def event(self, type: str, **data: Any) -> None:
-        append_event(self.run_id, type, **data)
+        """Appends a run event with the store's transaction (its own when there is none)."""
+        if self._depth:
+            self._events.append((type, data))
+            return
+        with self.atomic():
+            self._events.append((type, data))
 
     def taint(self, reason: str) -> None:
         if not self.run.tainted:
-            with transaction.atomic():
+            with self.atomic():
                 self.save_state(tainted=True)
                 self.event("run.tainted", reason=reason)
 
     def finish(self, status: str, *, output: str = "", error: str = "", error_class: str = "") -> None:
         """Ends the run; pending approvals of this run expire (nothing will execute them)."""
-        with transaction.atomic():
+        with self.atomic():
             run = Run.objects.select_for_update().get(id=self.run_id)
             if run.is_finished:
                 return
@@ -119,7 +185,7 @@ class RunStore:
             for request in ApprovalRequest.objects.select_for_update().filter(run_id=run.id,
                                                                               status=ApprovalStatus.PENDING):
                 approvals.expire_request(request=request)
-            append_event(run.id, "run.finished", status=status, error=error[:500], error_class=error_class)
+            self.event("run.finished", status=status, error=error[:500], error_class=error_class)
             publish_status(run)
             notify(org_id=run.org_id, event="run.finished",
                    payload={"run_id": str(run.id), "crew": run.crew_name, "status": status, "error": error[:500],
@@ -130,7 +196,7 @@ class RunStore:
     def wait(self, reason: str) -> bool:
         """Parks the run until people decide. Returns False (and stays running) when nothing is pending
         any more: a decision landed while this step ran."""
-        with transaction.atomic():
+        with self.atomic():
             run = Run.objects.select_for_update().get(id=self.run_id)
             if self.lease_owner and run.lease_owner != self.lease_owner:
                 raise LeaseLost(self.run_id)
@@ -141,14 +207,14 @@ class RunStore:
             run.status, run.lease_owner, run.lease_expires_at = RunStatus.WAITING, "", None
             run.state = {**run.state, "waiting_since": timezone.now().isoformat()}
             run.save(update_fields=["status", "lease_owner", "lease_expires_at", "state", "updated_at"])
-            append_event(run.id, "run.waiting", reason=reason, approvals=pending, unknown=unknown)
+            self.event("run.waiting", reason=reason, approvals=pending, unknown=unknown)
             publish_status(run)
         self.run = run
         return True
 
     def release(self) -> None:
         """Gives the run back to the queue (more to do; the caller enqueues the next task on commit)."""
-        with transaction.atomic():
+        with self.atomic():
             updated = Run.objects.filter(id=self.run_id, lease_owner=self.lease_owner,
                                          status=RunStatus.RUNNING).update(
                 status=RunStatus.QUEUED, lease_owner="", lease_expires_at=None, updated_at=timezone.now())
@@ -171,16 +237,26 @@ class RunStore:
             cached = self._history[str(turn.id)] = (turn.messages, load_messages(turn.messages))
         return list(cached[1])
 
-    def _dump(self, turn: RunStep, messages: list[ModelMessage]) -> None:
-        """Sets `turn.messages`, dumping only what was appended to the history this store knows."""
+    def _save_messages(self, turn: RunStep, messages: list[ModelMessage]) -> None:
+        """Writes the turn's history. When it only grew (the usual step) only the new messages are dumped,
+        and on Postgres only they travel: `messages || new` (the history is one jsonb column)."""
         cached = self._history.get(str(turn.id))
         known = cached[1] if cached is not None and cached[0] is turn.messages else []
+        now = timezone.now()
         if known and len(messages) >= len(known) and all(a is b for a, b in zip(known, messages, strict=False)):
-            dumped = [*turn.messages, *dump_messages(messages[len(known):])]
+            added = dump_messages(messages[len(known):])
+            dumped = [*turn.messages, *added]
+            if connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute(_APPEND_MESSAGES_SQL, [json.dumps(added), now, str(turn.id)])
+                turn.messages, turn.updated_at = dumped, now
+                self._history[str(turn.id)] = (dumped, list(messages))
+                return
         else:
             dumped = dump_messages(messages)
         turn.messages = dumped
         self._history[str(turn.id)] = (dumped, list(messages))
+        turn.save(update_fields=["messages", "updated_at"])
 
     def _next_position(self) -> int:
         """Called under the run row's lock, by the lease holder: the only writer of this run's steps."""
@@ -192,7 +268,7 @@ class RunStore:
 
     def start_turn(self, *, agent: dict[str, Any], task: str, messages: list[ModelMessage],
                    state: dict[str, Any], hop: bool = True) -> RunStep:
-        with transaction.atomic():
+        with self.atomic():
             Run.objects.select_for_update().filter(id=self.run_id).first()
             turn = RunStep.objects.create(
                 org_id=self.run.org_id, run_id=self.run_id, position=self._next_position(), kind=StepKind.AGENT,
@@ -204,9 +280,8 @@ class RunStore:
         return turn
 
     def save_messages(self, turn: RunStep, messages: list[ModelMessage], **state: Any) -> None:
-        with transaction.atomic():
-            self._dump(turn, messages)
-            turn.save(update_fields=["messages", "updated_at"])
+        with self.atomic():
+            self._save_messages(turn, messages)
             if state:
                 self.save_state(state={**self.run.state, **state})
 
@@ -232,12 +307,14 @@ class RunStore:
         tokens_in, tokens_out, cached = usage.input_tokens or 0, usage.output_tokens or 0, usage.cache_read_tokens or 0
         text = response.text or ""
         calls_before = self.model_calls(turn)
-        with transaction.atomic():
-            Run.objects.select_for_update().filter(id=self.run_id).first()
+        unknown_before = self.run.cost_usd is None
+        with self.atomic():
             record = costs.record_usage(org_id=self.run.org_id, run_id=self.run_id, crew_id=self.run.crew_id,
                                         agent_id=turn.agent_id, provider=provider, model=model,
                                         input_tokens=tokens_in, output_tokens=tokens_out, cached_tokens=cached,
-                                        latency_ms=latency_ms)
+                                        latency_ms=latency_ms, override=self._price_override(provider, model),
+                                        firsts=self._first_calls(turn.agent_id, provider, model),
+                                        budgets=self.has_budgets(str(turn.agent_id)))
             now = timezone.now()
             step = RunStep.objects.create(
                 org_id=self.run.org_id, run_id=self.run_id, parent=turn, position=self._next_position(),
@@ -246,13 +323,12 @@ class RunStore:
                 cached_tokens=cached, cost_usd=record.cost_usd, price_source=record.price_source,
                 latency_ms=latency_ms, output=text[:4000], started_at=now - timedelta(milliseconds=latency_ms),
                 finished_at=now)
-            self._dump(turn, messages)
-            turn.save(update_fields=["messages", "updated_at"])
+            self._save_messages(turn, messages)
             unknown = record.cost_usd is None
             Run.objects.filter(id=self.run_id).update(
                 tokens_in=F("tokens_in") + tokens_in, tokens_out=F("tokens_out") + tokens_out,
-                tokens_cached=F("tokens_cached") + cached,
-                cost_usd=None if unknown or self.run.cost_usd is None else F("cost_usd") + record.cost_usd,
+                tokens_cached=F("tokens_cached") + cached, tool_calls=F("tool_calls") + len(calls),
+                cost_usd=None if unknown or unknown_before else F("cost_usd") + record.cost_usd,
                 cost_unknown_calls=F("cost_unknown_calls") + (1 if unknown else 0))
             self.event("llm.completed", step_id=str(step.id), turn_id=str(turn.id), agent=turn.agent_name,
                        model=model, provider=provider, tokens_in=tokens_in, tokens_out=tokens_out,
@@ -270,7 +346,7 @@ class RunStore:
         return step  # self.run's counters are re-read by the next step's refresh
 
     def finish_turn(self, turn: RunStep, *, status: str, reason: str, output: str, state: dict[str, Any]) -> None:
-        with transaction.atomic():
+        with self.atomic():
             turn.status, turn.status_reason, turn.output, turn.finished_at = status, reason, output, timezone.now()
             turn.save(update_fields=["status", "status_reason", "output", "finished_at", "updated_at"])
             self.save_state(state=state)
@@ -286,30 +362,43 @@ class RunStore:
             return list(cached)
         return list(ToolCall.objects.filter(step=step).select_related("approval").order_by("position"))
 
+    def _decided_calls(self) -> Counter[tuple[str, str]]:
+        """Read once per store; then `set_call` counts each row leaving `proposed` (this worker is the
+        only one deciding this run's calls while it holds the lease)."""
+        if self._decided is None:
+            self._decided = Counter(ToolCall.objects.filter(run_id=self.run_id).exclude(state=CallState.PROPOSED)
+                                    .values_list("qualified_name", "args_hash"))
+        return self._decided
+
     def count_calls(self) -> int:
-        return ToolCall.objects.filter(run_id=self.run_id).exclude(state=CallState.PROPOSED).count()
+        return sum(self._decided_calls().values())
 
     def count_same_calls(self, row: ToolCall) -> int:
-        """Earlier calls of this run with the same tool and argument hash."""
-        return (ToolCall.objects.filter(run_id=self.run_id, qualified_name=row.qualified_name, args_hash=row.args_hash)
-                .exclude(id=row.id).exclude(state=CallState.PROPOSED).count())
+        """Earlier calls of this run with the same tool and argument hash (`row` itself is still proposed)."""
+        return self._decided_calls()[(row.qualified_name, row.args_hash)]
 
     def set_call(self, row: ToolCall, *, expect: str, event: str | None = None, event_data: dict | None = None,
                  **fields: Any) -> bool:
         """A conditional ledger transition (state `expect` -> fields['state']); False when it was not in `expect`."""
-        with transaction.atomic():
-            updated = ToolCall.objects.filter(id=row.id, state=expect).update(**fields, updated_at=timezone.now())
-            if not updated:
-                return False
-            for key, value in fields.items():
-                setattr(row, key, value)
-            if event:
-                self.event(event, tool_call_id=str(row.id), tool=row.qualified_name, **(event_data or {}))
-            if fields.get("state") == CallState.DENIED:  # policy denials (at offer or dispatch) are audited
-                audit.record(org_id=self.run.org_id, actor=None, action="policy.denied", target=row,
-                             target_label=row.qualified_name,
-                             data={"run_id": self.run_id, "crew": self.run.crew_name, "rule": row.rule,
-                                   "reason": row.reason[:500], "args_hash": row.args_hash})
+        with self.atomic():
+            return self._transition(row, expect=expect, event=event, event_data=event_data, **fields)
+
+    def _transition(self, row: ToolCall, *, expect: str, event: str | None, event_data: dict | None,
+                    **fields: Any) -> bool:
+        updated = ToolCall.objects.filter(id=row.id, state=expect).update(**fields, updated_at=timezone.now())
+        if not updated:
+            return False
+        if expect == CallState.PROPOSED and self._decided is not None:
+            self._decided[(row.qualified_name, row.args_hash)] += 1
+        for key, value in fields.items():
+            setattr(row, key, value)
+        if event:
+            self.event(event, tool_call_id=str(row.id), tool=row.qualified_name, **(event_data or {}))
+        if fields.get("state") == CallState.DENIED:  # policy denials (at offer or dispatch) are audited
+            audit.record(org_id=self.run.org_id, actor=None, action="policy.denied", target=row,
+                         target_label=row.qualified_name,
+                         data={"run_id": self.run_id, "crew": self.run.crew_name, "rule": row.rule,
+                               "reason": row.reason[:500], "args_hash": row.args_hash})
         return True
 
     def decide_call(self, row: ToolCall, *, state: str, decision: str, rule: str, reason: str,
@@ -324,7 +413,7 @@ class RunStore:
         crew = self.run.snapshot.get("crew", {})
         ttl = timedelta(hours=crew["approval_ttl_hours"]) if crew.get("approval_ttl_hours") else APPROVAL_TTL
         required_approvals = max(required_approvals, int(crew.get("approvals_required") or 1))
-        with transaction.atomic():
+        with self.atomic():
             request = approvals.open_request(
                 org_id=self.run.org_id, run_id=self.run_id, tool_call_id=row.id, agent_id=turn.agent_id,
                 tool_id=(tool or {}).get("id"), title=f"{row.qualified_name} by {turn.agent_name}",
@@ -356,20 +445,80 @@ class RunStore:
         return standing.record_hit(standing_id=standing_id, run_id=self.run_id, tool_call_id=row.id)
 
     def approval(self, row: ToolCall) -> ApprovalRequest | None:
-        return ApprovalRequest.objects.filter(id=row.approval_id).first() if row.approval_id else None
+        """The row's approval request, read once per step (following it and dispatching read the same)."""
+        if not row.approval_id:
+            return None
+        key = f"approval:{row.approval_id}"
+        if key not in self._live:
+            self._live[key] = ApprovalRequest.objects.filter(id=row.approval_id).first()
+        return self._live[key]
 
     def complete_call(self, row: ToolCall, *, state: str, result: dict[str, Any] | None, error: str = "",
-                      error_class: str = "", findings: list[dict[str, Any]] | None = None) -> bool:
-        """False when the row is no longer `dispatched` (another worker found it in flight: `unknown`)."""
-        return self.set_call(row, expect=CallState.DISPATCHED, state=state, result=result, error=error[:4000],
-                      error_class=error_class, findings=findings or [], finished_at=timezone.now(),
-                      event="tool.completed", event_data={"state": state, "is_error": bool(result and
-                                                                                          result.get("is_error")),
-                                                          "error": error[:300], "findings": len(findings or [])})
+                      error_class: str = "", findings: list[dict[str, Any]] | None = None,
+                      defer: bool = False) -> bool:
+        """`dispatched -> state`. False when the row is no longer `dispatched` (another worker found it in
+        flight and made it `unknown`). `defer`: written with the store's next transaction (see `atomic`),
+        which raises LeaseLost in that case; the row in memory changes now."""
+        fields = dict(state=state, result=result, error=error[:4000], error_class=error_class,
+                      findings=findings or [], finished_at=timezone.now())
+        event_data = {"state": state, "is_error": bool(result and result.get("is_error")), "error": error[:300],
+                      "findings": len(findings or [])}
+        if not defer:
+            return self.set_call(row, expect=CallState.DISPATCHED, event="tool.completed", event_data=event_data,
+                                 **fields)
+        self._deferred.append((row, CallState.DISPATCHED, fields, "tool.completed", event_data))
+        for key, value in fields.items():
+            setattr(row, key, value)
+        return True
+
+    def dispatch_call(self, row: ToolCall, *, expect: str, fields: dict[str, Any] | None = None,
+                      event: str | None = None, event_data: dict[str, Any] | None = None) -> bool:
+        """`expect -> dispatched`, committed before the request leaves. `fields`/`event`: the decision that
+        lets the row out of `proposed` or `held` (the policy's allow, a person's approval), in the same
+        commit: nobody waits on an `approved` row in between. False when the row was not in `expect`."""
+        with self.atomic():
+            if not self._transition(row, expect=expect, event=event, event_data=event_data, **(fields or {}),
+                                    state=CallState.DISPATCHED, dispatched_at=timezone.now(),
+                                    attempts=row.attempts + 1):
+                return False
+            self.event("tool.dispatched", tool_call_id=str(row.id), tool=row.qualified_name)
+        return True
 
     def live_tool(self, qualified_name: str) -> Tool | None:
-        return (Tool.objects.filter(org_id=self.run.org_id, qualified_name=qualified_name).select_related("server")
-                .first())
+        """The registry's row now (with its server), read once per step: the policy at proposal and the
+        re-check at dispatch a moment later see the same state."""
+        if qualified_name not in self._live:
+            self._live[qualified_name] = (Tool.objects.filter(org_id=self.run.org_id, qualified_name=qualified_name)
+                                          .select_related("server").first())
+        return self._live[qualified_name]
+
+    def _price_override(self, provider: str, model: str) -> ModelPrice | None:
+        """The org's price for the model, read once per store (a price set mid-run applies next task)."""
+        if (provider, model) not in self._overrides:
+            self._overrides[(provider, model)] = find_override(org_id=self.run.org_id, provider=provider, model=model)
+        return self._overrides[(provider, model)]
+
+    def _first_calls(self, agent_id: Any, provider: str, model: str) -> FirstCalls:
+        """Whether the next usage row is the run's first (overall, for the agent, model, provider): what the
+        daily rollup counts runs by. The run's earlier calls are read once per store, then tracked here."""
+        if self._used is None:
+            rows = UsageRecord.objects.filter(org_id=self.run.org_id, run_id=self.run_id)
+            self._used = {("run", None)} if rows.exists() else set()
+            self._used |= {(kind, value) for agent, prov, mod in rows.values_list("agent_id", "provider", "model")
+                           .distinct() for kind, value in (("agent", agent), ("provider", prov), ("model", mod))}
+        keys = {"run": ("run", None), "agent": ("agent", agent_id), "provider": ("provider", provider),
+                "model": ("model", model)}
+        firsts = FirstCalls(**{name: key not in self._used for name, key in keys.items()})
+        self._used.update(keys.values())
+        return firsts
+
+    def has_budgets(self, agent_id: str) -> bool:
+        """Whether any budget counts this agent's calls (read once per store, i.e. per task: a budget
+        set mid-run applies from the run's next task)."""
+        if agent_id not in self._budgets:
+            self._budgets[agent_id] = bool(costs_selectors.budgets_for(
+                org_id=self.run.org_id, crew_id=self.run.crew_id, agent_ids=[agent_id]))
+        return self._budgets[agent_id]
 
     def connection_spec(self, agent: dict[str, Any]) -> ConnectionSpec:
         """The agent's connection with its key decrypted now (keys never enter the snapshot)."""

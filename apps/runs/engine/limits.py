@@ -34,6 +34,7 @@ class PreCallContext:
     run_cost_usd: Decimal | None  # None: some call had an unknown price
     token_budget: int | None
     budget_usd: Decimal | None
+    has_budgets: bool = True  # False: no org, crew, agent or run budget counts this call (skip the lookup)
 
     @property
     def estimated_tokens(self) -> int:
@@ -78,6 +79,8 @@ def org_budgets(ctx: PreCallContext) -> LimitHit | None:
     """The org's budgets (Costs page): monthly for the org, the crew and the agent, and per run."""
     from apps.costs.selectors import call_refusal
 
+    if not ctx.has_budgets:
+        return None
     estimate = price_call(org_id=ctx.org_id, provider=ctx.provider, model=ctx.model,
                           input_tokens=ctx.prompt_tokens, output_tokens=ctx.max_tokens).cost_usd
     message = call_refusal(org_id=ctx.org_id, crew_id=ctx.crew_id, agent_id=ctx.agent_id, run_id=ctx.run_id,

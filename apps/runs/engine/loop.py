@@ -25,7 +25,12 @@ TASK_SECONDS = 30.0
 
 
 def advance(store: Any, *, max_steps: int = STEPS_PER_TASK, max_seconds: float = TASK_SECONDS) -> str:
-    started = time.monotonic()
+    outcome = _advance(store, started=time.monotonic(), max_steps=max_steps, max_seconds=max_seconds)
+    store.flush()  # nothing the store deferred stays behind when the task ends
+    return outcome
+
+
+def _advance(store: Any, *, started: float, max_steps: int, max_seconds: float) -> str:
     for _ in range(max_steps):
         try:
             outcome = step(store)
@@ -64,6 +69,9 @@ def step(store: Any) -> str:
     offered = {} if turn.task == ROUTING else offered_tools(agent, run.snapshot.get("tools", {}), tainted=run.tainted)
     turn_offset = 0 if turn.task == ROUTING else run.state.get("played", {}).get(str(turn.agent_id), 0)
     call_model(store, turn=turn, agent=agent, messages=messages, offered=offered, turn_offset=turn_offset)
+    messages = store.messages(turn)
+    if any(isinstance(p, ToolCallPart) for p in messages[-1].parts):  # answer them now: the response is stored
+        return _answer_tool_calls(store, turn, agent, messages)
     return "continue"
 
 

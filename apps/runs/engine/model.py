@@ -72,7 +72,8 @@ def call_model(store: Any, *, turn: Any, agent: dict[str, Any], messages: list[M
         prompt_tokens=estimate_tokens(store.turn_messages_json(turn), [d.__dict__ for d in definitions]),
         run_tokens=run.tokens_in + run.tokens_out, run_cost_usd=store.run_cost(),
         token_budget=crew.get("token_budget"),
-        budget_usd=Decimal(crew["budget_usd"]) if crew.get("budget_usd") else None)
+        budget_usd=Decimal(crew["budget_usd"]) if crew.get("budget_usd") else None,
+        has_budgets=store.has_budgets(agent["id"]))
     hit = check_before_call(ctx)
     if hit is not None:
         raise StopRun("limit_exceeded", hit.message, "limit")

@@ -26,6 +26,31 @@ def result_payload(result: Any) -> dict[str, Any]:
     return {"text": text, "is_error": bool(result.is_error), "structured": structured, "truncated": truncated}
 
 
+def scannable_text(payload: dict[str, Any]) -> str:
+    """What the scanners read: the result's text plus every string inside its JSON (structured content,
+    or the text itself when it is JSON), decoded: an instruction on its own line inside a JSON string
+    value is escaped (`\\n`) in the text, where a line-based check cannot see it, but a model reads it."""
+    data = payload.get("structured")
+    if data is None:
+        try:
+            data = json.loads(payload.get("text") or "")
+        except ValueError:
+            data = None
+    return "\n".join([payload.get("text") or "", *_strings(data)])
+
+
+def _strings(value: Any, depth: int = 0) -> list[str]:
+    if depth > 20:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [s for v in value.values() for s in _strings(v, depth + 1)]
+    if isinstance(value, list):
+        return [s for v in value for s in _strings(v, depth + 1)]
+    return []
+
+
 def injected_call_findings(text: str, *, where: str) -> list[dict[str, str]]:
     """Lines that ask for tool calls (`CALL tool {...}`, tool-call markup): data must not drive tools."""
     if _CALL_LINE.search(text) or _TOOL_SYNTAX.search(text):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
@@ -25,7 +26,7 @@ from apps.runs.engine.errors import LeaseLost, StopRun, backoff_delay
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.limits import REPEAT_LIMIT
 from apps.runs.engine.model import facts
-from apps.runs.engine.results import injected_call_findings, result_payload
+from apps.runs.engine.results import injected_call_findings, result_payload, scannable_text
 from apps.runs.models import ANSWERED, CallState
 
 READ_RETRIES = 2
@@ -36,9 +37,13 @@ def resolve_calls(store: Any, *, turn: Any, agent: dict[str, Any], rows: list[An
     waiting = False
     for row in rows:
         if row.state == CallState.PROPOSED:
-            propose(store, turn=turn, agent=agent, row=row)
+            allowed = propose(store, turn=turn, agent=agent, row=row)
+            if allowed is not None:
+                dispatch(store, agent=agent, row=row, decided=allowed)
         if row.state == CallState.HELD:
-            follow_approval(store, row=row)
+            approved = follow_approval(store, row=row, write_approval=False)
+            if approved is not None:
+                dispatch(store, agent=agent, row=row, decided=approved)
         if row.state == CallState.APPROVED:
             dispatch(store, agent=agent, row=row)
         if row.state == CallState.DISPATCHED and not store.set_call(
@@ -51,8 +56,21 @@ def resolve_calls(store: Any, *, turn: Any, agent: dict[str, Any], rows: list[An
     return "waiting" if waiting else "answered"
 
 
-def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> None:
-    """Limits, schema, then the policy point with the real arguments."""
+@dataclass(frozen=True)
+class Decided:
+    """A row's way out of `proposed` (the policy allowed it) or `held` (a person approved it), written by
+    `dispatch` in the transaction that commits `dispatched`: one commit before the call leaves."""
+
+    expect: str  # the row's state now
+    fields: dict[str, Any]
+    event: str
+    event_data: dict[str, Any]
+    by_policy_now: bool = False  # decided this step from the same registry read: no re-check needed
+
+
+def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> Decided | None:
+    """Limits, schema, then the policy point with the real arguments. Denials and holds are written
+    here; an allow is returned for `dispatch` to write with `dispatched`."""
     run, tools = store.run, store.run.snapshot.get("tools", {})
     crew = run.snapshot["crew"]
     if store.count_calls() >= crew.get("max_tool_calls", 50):
@@ -63,10 +81,15 @@ def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> None:
                                         f"({REPEAT_LIMIT} times already).", "limit")
     tool = tools.get(row.qualified_name)
     grant = next((g for g in agent.get("grants", []) if g["tool"] == row.qualified_name), None)
-    standing = store.standing_approval(agent=agent, tool=tool, arguments=row.arguments) if tool else None
+    live = store.live_tool(row.qualified_name) if tool else None
     decision = decide(facts(tool, grant, name=row.qualified_name, arguments=row.arguments, tainted=run.tainted,
-                            live=store.live_tool(row.qualified_name) if tool else None,
-                            standing_approval=standing is not None))
+                            live=live))
+    standing = None
+    if decision.decision == "hold" and tool:  # only a hold can be lifted by a person's standing approval
+        standing = store.standing_approval(agent=agent, tool=tool, arguments=row.arguments)
+        if standing is not None:
+            decision = decide(facts(tool, grant, name=row.qualified_name, arguments=row.arguments,
+                                    tainted=run.tainted, live=live, standing_approval=True))
     if decision.decision == "deny":
         store.decide_call(row, state=CallState.DENIED, decision="deny", rule=decision.rule, reason=decision.reason,
                           error_class="permission")
@@ -83,7 +106,10 @@ def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> None:
     reason = decision.reason
     if decision.rule == "standing_approval" and standing:
         reason = f"{reason} Allowed by standing approval {store.record_standing_hit(standing, row)}."
-    store.decide_call(row, state=CallState.APPROVED, decision="allow", rule=decision.rule, reason=reason)
+    return Decided(expect=CallState.PROPOSED, by_policy_now=True,
+                   fields={"decision": "allow", "rule": decision.rule, "reason": reason, "decided_at": timezone.now()},
+                   event="tool.decided", event_data={"decision": "allow", "state": CallState.APPROVED,
+                                                     "rule": decision.rule, "reason": reason})
 
 
 def schema_problem(tool: dict[str, Any] | None, arguments: dict[str, Any]) -> str:
@@ -100,11 +126,14 @@ def schema_problem(tool: dict[str, Any] | None, arguments: dict[str, Any]) -> st
     return ""
 
 
-def follow_approval(store: Any, *, row: Any) -> None:
-    """A decided approval moves a held row to approved (with the approved arguments) or rejected/expired."""
+def follow_approval(store: Any, *, row: Any, write_approval: bool = True) -> Decided | None:
+    """A decided approval moves a held row to approved (with the approved arguments) or rejected/expired.
+
+    `write_approval=False` (the engine, about to dispatch): an approval is returned, with the approved
+    arguments set on the row in memory, for `dispatch` to write with `dispatched`."""
     request = store.approval(row)
     if request is None or request.status == "pending":
-        return
+        return None
     if request.status == "approved":
         approved = request.approved_arguments if request.approved_arguments is not None else request.arguments
         if request.args_hash != row.args_hash or (request.approved_args_hash and
@@ -112,23 +141,39 @@ def follow_approval(store: Any, *, row: Any) -> None:
             store.set_call(row, expect=CallState.HELD, state=CallState.REJECTED, error_class="permission",
                            reason="The approval does not match these arguments, so the call was not made.",
                            event="tool.decided", event_data={"decision": "deny", "state": "rejected"})
-            return
+            return None
+        event_data = {"edited": approved != row.arguments, "by": request.decided_by_label}
+        if not write_approval:
+            row.approved_arguments = approved
+            return Decided(expect=CallState.HELD, fields={"approved_arguments": approved}, event="approval.applied",
+                           event_data=event_data)
         store.set_call(row, expect=CallState.HELD, state=CallState.APPROVED, approved_arguments=approved,
-                       event="approval.applied", event_data={"edited": approved != row.arguments,
-                                                            "by": request.decided_by_label})
-        return
+                       event="approval.applied", event_data=event_data)
+        return None
     comment = request.comment.strip()
     reason = (f"A person ({request.decided_by_label}) rejected this call" + (f": {comment}" if comment else ".")
               if request.status == "rejected" else "Nobody approved this call in time; it expired (rejected).")
     state = CallState.REJECTED if request.status == "rejected" else CallState.EXPIRED
     store.set_call(row, expect=CallState.HELD, state=state, reason=reason, error_class="permission",
                    event="tool.decided", event_data={"decision": "deny", "state": state, "reason": reason})
+    return None
 
 
-def dispatch(store: Any, *, agent: dict[str, Any], row: Any) -> None:
-    """Re-checks policy, commits `dispatched`, calls the tool once, stores the (capped, scanned) result."""
+def dispatch(store: Any, *, agent: dict[str, Any], row: Any, decided: Decided | None = None) -> None:
+    """Commits `dispatched`, calls the tool once, stores the (capped, scanned) result.
+
+    `decided`: how the row leaves `proposed`/`held` (see `Decided`), written with `dispatched`; without
+    it the row is `approved` already. Unless the policy allowed it this very step, policy is checked
+    again first: a person's approval may be old, the registry may have changed since.
+    """
     run, tools = store.run, store.run.snapshot.get("tools", {})
     tool = tools.get(row.qualified_name)
+    expect = decided.expect if decided else CallState.APPROVED
+    before = {"fields": decided.fields, "event": decided.event, "event_data": decided.event_data} if decided else {}
+    if decided is not None and decided.by_policy_now:
+        if store.dispatch_call(row, expect=expect, **before):
+            _dispatched(store, tool=tool, row=row, arguments=row.effective_arguments)
+        return
     grant = next((g for g in agent.get("grants", []) if g["tool"] == row.qualified_name), None)
     arguments = row.effective_arguments
     live = store.live_tool(row.qualified_name) if tool else None
@@ -142,17 +187,22 @@ def dispatch(store: Any, *, agent: dict[str, Any], row: Any) -> None:
         decision = type(decision)("deny", "The tool's definition changed after the approval.", "definition_changed")
     if decision.decision == "deny" or (decision.decision == "hold" and not approved_by_person):
         reason = decision.reason if decision.decision == "deny" else f"Held at dispatch: {decision.reason}"
-        store.set_call(row, expect=CallState.APPROVED, state=CallState.DENIED, decision="deny", rule=decision.rule,
-                       reason=f"Refused at dispatch: {reason}", error_class="permission", event="tool.decided",
+        store.set_call(row, expect=expect, state=CallState.DENIED, **(decided.fields if decided else {}),
+                       decision="deny", rule=decision.rule, reason=f"Refused at dispatch: {reason}",
+                       error_class="permission", event="tool.decided",
                        event_data={"decision": "deny", "state": "denied", "reason": reason, "at": "dispatch"})
         return
-    if not store.set_call(row, expect=CallState.APPROVED, state=CallState.DISPATCHED, dispatched_at=timezone.now(),
-                          attempts=row.attempts + 1, event="tool.dispatched"):
-        return
+    if store.dispatch_call(row, expect=expect, **before):
+        _dispatched(store, tool=tool, row=row, arguments=arguments)
+
+
+def _dispatched(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any]) -> None:
+    """The call, once `dispatched` is committed, and its outcome."""
     store.renew_lease()
     outcome = _call(store, tool=tool, row=row, arguments=arguments)
     # Each transition below fails only when the row left `dispatched` meanwhile: this worker's lease ran
-    # out during the call and another one took the run over (and made the row `unknown`).
+    # out during the call and another one took the run over (and made the row `unknown`). A deferred
+    # completion raises LeaseLost when it is written (RunStore.atomic).
     if outcome is None:  # a write that timed out: it may have happened
         if not store.set_call(row, expect=CallState.DISPATCHED, state=CallState.UNKNOWN, error_class="transient",
                               error="No answer in time; the call may or may not have happened. A person must "
@@ -161,16 +211,15 @@ def dispatch(store: Any, *, agent: dict[str, Any], row: Any) -> None:
         return
     result, error = outcome
     if result is None:
-        if not store.complete_call(row, state=CallState.FAILED, result=None, error=error, error_class="transient"):
-            raise LeaseLost(store.run_id)
+        store.complete_call(row, state=CallState.FAILED, result=None, error=error, error_class="transient", defer=True)
         return
     payload = result_payload(result)
-    findings = [f.as_dict() for f in scan_text(payload["text"], where=f"result of {row.qualified_name}")]
-    findings += injected_call_findings(payload["text"], where=f"result of {row.qualified_name}")
-    if not store.complete_call(row, state=CallState.FAILED if result.is_error else CallState.SUCCEEDED,
-                               result=payload, error=payload["text"][:500] if result.is_error else "",
-                               error_class="business" if result.is_error else "", findings=findings):
-        raise LeaseLost(store.run_id)
+    scanned = scannable_text(payload)
+    findings = [f.as_dict() for f in scan_text(scanned, where=f"result of {row.qualified_name}")]
+    findings += injected_call_findings(scanned, where=f"result of {row.qualified_name}")
+    store.complete_call(row, state=CallState.FAILED if result.is_error else CallState.SUCCEEDED, result=payload,
+                        error=payload["text"][:500] if result.is_error else "",
+                        error_class="business" if result.is_error else "", findings=findings, defer=True)
     if findings:
         store.event("tool.finding", tool_call_id=str(row.id), tool=row.qualified_name,
                     findings=[{"code": f["code"], "severity": f["severity"], "message": f["message"]}
@@ -187,7 +236,9 @@ def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[
     attempts = READ_RETRIES + 1 if tool.get("risk") == "read" else 1
     for attempt in range(1, attempts + 1):
         try:
-            return call_tool(tool["server_id"], tool["name"], arguments, org_id=store.run.org_id), ""
+            live = store.live_tool(row.qualified_name)
+            return call_tool(tool["server_id"], tool["name"], arguments, org_id=store.run.org_id,
+                             server=live.server if live is not None else None), ""
         except ToolCallTimeout as exc:
             if tool.get("risk") != "read":
                 return None
