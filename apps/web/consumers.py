@@ -6,6 +6,7 @@ the same partial the page renders and sends it for htmx to swap out-of-band.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from urllib.parse import parse_qs
 
@@ -20,6 +21,7 @@ from apps.web.badges import pending_approvals
 
 FORBIDDEN = 4403
 REPLAY_BATCH = 500
+PARTIALS_DELAY_S = 0.1
 
 # event name -> the partial that renders it
 PARTIALS = {
@@ -109,9 +111,14 @@ def _query(scope) -> dict[str, str]:
 
 class RunConsumer(AsyncWebsocketConsumer):
     """One run's page. On connect, and on every nudge, sends each event after the last one this
-    socket sent (read from the table, in seq order, as JSON frames), then the refreshed header and
-    step tree once. The client's `last_seq` makes reloads and reconnects lose nothing; dropped or
-    coalesced layer messages lose nothing either, because every nudge reads the table."""
+    socket sent, in seq order, as JSON frames: the event the nudge carries when it is the next one,
+    else every event after the last one sent, read from the table. Then the refreshed header and step
+    tree, once per burst (`PARTIALS_DELAY_S` after the first event of it: rendering them is the slow
+    part, and an event frame never waits behind it). The client's `last_seq` makes reloads and
+    reconnects lose nothing; dropped or coalesced layer messages lose nothing either, because a gap
+    sends the socket to the table."""
+
+    render_task: asyncio.Task | None = None
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -136,14 +143,23 @@ class RunConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if getattr(self, "group", None):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+        if self.render_task is not None:
+            self.render_task.cancel()
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
         """Clients do not send: every write is an HTTP POST with CSRF."""
 
     async def realtime_event(self, message: dict) -> None:
         seq = int(message["data"].get("seq") or 0)
-        if message["event"] == "run.event" and seq > self.last_seq:
-            await self._catch_up()
+        if message["event"] != "run.event" or seq <= self.last_seq:
+            return
+        carried = message["data"].get("carried")
+        if carried is not None and seq == self.last_seq + 1:
+            await self.send(text_data=json.dumps(carried, default=str))
+            self.last_seq = seq
+            self._render_soon()
+            return
+        await self._catch_up()
 
     async def _catch_up(self) -> None:
         sent = False
@@ -156,8 +172,16 @@ class RunConsumer(AsyncWebsocketConsumer):
             if len(events) < REPLAY_BATCH:
                 break
         if sent:
-            html = await database_sync_to_async(_run_partials)(self.run_id, self.org_id, self.actor)
-            await self.send(text_data=html)
+            self._render_soon()
+
+    def _render_soon(self) -> None:
+        if self.render_task is None or self.render_task.done():
+            self.render_task = asyncio.create_task(self._render_partials())
+
+    async def _render_partials(self) -> None:
+        await asyncio.sleep(PARTIALS_DELAY_S)
+        html = await database_sync_to_async(_run_partials)(self.run_id, self.org_id, self.actor)
+        await self.send(text_data=html)
 
 
 # --- the inbox and the run list ----------------------------------------------------------------------
