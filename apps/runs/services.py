@@ -18,7 +18,7 @@ from uuid import UUID
 
 import jsonschema
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, InterfaceError, OperationalError, transaction
 from django.db.models import Case, F, PositiveIntegerField, Q, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -375,6 +375,12 @@ def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
                 _enqueue_on_commit(run_id)
     except LeaseLost:
         logger.warning("run %s: lease lost to another worker", run_id)
+        return "lost"
+    except (OperationalError, InterfaceError):
+        # The database went away mid-step (restart, failover, a dropped connection): nothing can be
+        # written now. The run keeps its lease; when it expires beat's sweeper resumes it from the last
+        # committed step (a call that was in flight becomes `unknown`), within the redelivery cap.
+        logger.exception("run %s: database connection lost; it resumes when its lease expires", run_id)
         return "lost"
     except Exception as exc:
         logger.exception("run %s failed inside the engine", run_id)
