@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F
+from django.db.models import F, Subquery
 from django.utils import timezone
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
 
@@ -294,12 +294,6 @@ class RunStore:
             self._calls[key] = RunStep.objects.filter(parent=turn, kind=StepKind.LLM).count()
         return self._calls[key]
 
-    def last_model_call(self, turn: RunStep) -> RunStep | None:
-        cached = self._last_call.get(str(turn.id))
-        if cached is not None:
-            return cached
-        return RunStep.objects.filter(parent=turn, kind=StepKind.LLM).order_by("-position").first()
-
     def record_model_call(self, *, turn: RunStep, messages: list[ModelMessage], response: ModelResponse,
                           provider: str, model: str, latency_ms: int, calls: list[dict[str, Any]]) -> RunStep:
         """One transaction: the llm step, the usage row, run totals, the new history, the proposed ledger rows."""
@@ -355,12 +349,18 @@ class RunStore:
 
     # --- the ledger -----------------------------------------------------------------------------
 
-    def ledger(self, step: RunStep) -> list[ToolCall]:
-        """The call's rows: as this store created them (set_call keeps them current), or from the table."""
-        cached = self._rows.get(str(step.id))
-        if cached is not None:
-            return list(cached)
-        return list(ToolCall.objects.filter(step=step).select_related("approval").order_by("position"))
+    def last_calls(self, turn: RunStep) -> list[ToolCall]:
+        """The ledger rows of the turn's last model call: as this store created them (set_call keeps them
+        current), or, in a new task, from the table in one query (with their approvals)."""
+        step = self._last_call.get(str(turn.id))
+        if step is not None:
+            return list(self._rows[str(step.id)])
+        last = RunStep.objects.filter(parent=turn, kind=StepKind.LLM).order_by("-position").values("id")[:1]
+        rows = list(ToolCall.objects.filter(step_id=Subquery(last)).select_related("approval").order_by("position"))
+        for row in rows:  # read this step: `approval()` needs not read them again before the next refresh
+            if row.approval_id:
+                self._live[f"approval:{row.approval_id}"] = row.approval
+        return rows
 
     def _decided_calls(self) -> Counter[tuple[str, str]]:
         """Read once per store; then `set_call` counts each row leaving `proposed` (this worker is the

@@ -76,7 +76,7 @@ def step(store: Any) -> str:
 
 
 def _answer_tool_calls(store: Any, turn: Any, agent: dict[str, Any], messages: list[Any]) -> str:
-    rows = store.ledger(store.last_model_call(turn))
+    rows = store.last_calls(turn)
     if resolve_calls(store, turn=turn, agent=agent, rows=rows) == "waiting":
         held = sum(1 for r in rows if r.state == "held")
         reason = f"{held} tool call(s) wait for a person's decision." if held else \
