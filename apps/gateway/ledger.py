@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from apps.runs.store import RunStore
 
 logger = logging.getLogger(__name__)
 
-FLUSH_INTERVAL_S = 0.2
+FLUSH_INTERVAL_S = 0.5  # a batch collects for this long after its first record
 FLUSH_MAX = 200
 SESSION_IDLE = timedelta(minutes=30)
 POSITION_WRAP = 30000  # ToolCall.position is a small integer; order within a step is by time anyway
@@ -249,17 +250,22 @@ class LedgerWriter:
                 stopping = True
             else:
                 batch.append(item)
-            deadline = FLUSH_INTERVAL_S
+            # Collect for a fixed time after the first record, asleep (a waiting get() would wake
+            # this thread, and take the GIL from the request path, on every record), then drain.
+            # Not "until a short lull": at tens of calls per second that closed batches of two,
+            # and a commit's fixed cost (the run's row lock and counters, the audit chain's head,
+            # session and key) is most of a flush. A backlog is drained without sleeping.
+            if not stopping and self._queue.qsize() < FLUSH_MAX:
+                time.sleep(FLUSH_INTERVAL_S)
             while len(batch) < FLUSH_MAX and not stopping:
                 try:
-                    item = self._queue.get(timeout=deadline)
+                    item = self._queue.get_nowait()
                 except queue.Empty:
                     break
                 if item is None:
                     stopping = True
                 else:
                     batch.append(item)
-                deadline = 0.02
             if batch:
                 self._flush_with_retry(batch)
             if self._queue.empty():

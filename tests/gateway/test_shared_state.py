@@ -71,6 +71,14 @@ def test_limiters_with_separate_state_share_one_counter_per_key(redis_url):
     assert takes(redis_url, prefix, str(uuid.uuid4()), 10, 1) == [0.0]
 
 
+def test_busy_keys_are_claimed_in_blocks_and_never_exceed_the_rate(redis_url):
+    prefix, key = f"test-{uuid.uuid4().hex}", str(uuid.uuid4())
+    with ThreadPoolExecutor(4) as threads:  # rate 500: blocks of 5 calls, one round trip per block
+        sides = [threads.submit(takes, redis_url, prefix, key, 500, 150) for _ in range(4)]
+        allowed = sum(1 for side in sides for w in side.result() if w == 0)
+    assert 500 - 4 * 4 <= allowed <= 500  # at most a block (less the call that claimed it) early per limiter
+
+
 def test_the_window_slides_over_the_minute_boundary_and_refusals_do_not_count(redis_url):
     prefix, key = f"test-{uuid.uuid4().hex}", str(uuid.uuid4())
     minute = (int(time.time()) // 60 + 10) * 60  # a boundary in the future: counters of its own
