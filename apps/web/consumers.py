@@ -119,6 +119,7 @@ class RunConsumer(AsyncWebsocketConsumer):
     sends the socket to the table."""
 
     render_task: asyncio.Task | None = None
+    render_wanted = False
 
     async def connect(self) -> None:
         user = self.scope.get("user")
@@ -175,13 +176,16 @@ class RunConsumer(AsyncWebsocketConsumer):
             self._render_soon()
 
     def _render_soon(self) -> None:
+        self.render_wanted = True  # also when a render is under way: it may have read the run before this event
         if self.render_task is None or self.render_task.done():
             self.render_task = asyncio.create_task(self._render_partials())
 
     async def _render_partials(self) -> None:
-        await asyncio.sleep(PARTIALS_DELAY_S)
-        html = await database_sync_to_async(_run_partials)(self.run_id, self.org_id, self.actor)
-        await self.send(text_data=html)
+        while self.render_wanted:
+            await asyncio.sleep(PARTIALS_DELAY_S)
+            self.render_wanted = False
+            html = await database_sync_to_async(_run_partials)(self.run_id, self.org_id, self.actor)
+            await self.send(text_data=html)
 
 
 # --- the inbox and the run list ----------------------------------------------------------------------
