@@ -277,7 +277,7 @@ def run_gateway(args, admin_url, report, table) -> None:
     calls = 100 if args.quick else 1000
     code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.gateway import main; "
             f"main(['--calls', '{calls}', '--out', {str(out)!r}])")
-    env = {**os.environ, "DATABASE_URL": admin_url, "DJANGO_SETTINGS_MODULE": "config.settings", "DEBUG": "1"}
+    env = {**os.environ, "DATABASE_URL": admin_url, "DJANGO_SETTINGS_MODULE": "config.settings", "DEBUG": "0"}
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"bench.gateway failed:\n{done.stderr[-3000:]}")

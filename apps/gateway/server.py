@@ -65,7 +65,7 @@ from apps.registry.pool import ToolCallFailed, ToolCallResult, ToolCallTimeout
 from apps.registry.scanner import scan_text
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.names import qualified_name as map_name
-from apps.runs.engine.results import injected_call_findings, result_payload
+from apps.runs.engine.results import injected_call_findings, result_payload, scannable_text
 from apps.runs.models import CallState
 
 logger = logging.getLogger(__name__)
@@ -306,8 +306,9 @@ class Gateway:
             logger.exception("gateway call to %s failed", tool.qualified_name)
             return None, None, [], f"{type(exc).__name__}: {exc}"[:500], CallState.FAILED, "internal"
         payload = result_payload(result)
-        findings = [f.as_dict() for f in scan_text(payload["text"], where=f"result of {tool.qualified_name}")]
-        findings += injected_call_findings(payload["text"], where=f"result of {tool.qualified_name}")
+        scanned = scannable_text(payload)  # the strings inside JSON too, decoded (as in runs)
+        findings = [f.as_dict() for f in scan_text(scanned, where=f"result of {tool.qualified_name}")]
+        findings += injected_call_findings(scanned, where=f"result of {tool.qualified_name}")
         state = CallState.FAILED if result.is_error else CallState.SUCCEEDED
         return result, payload, findings, payload["text"][:500] if result.is_error else "", state, \
             "business" if result.is_error else ""
