@@ -48,9 +48,10 @@ def record(*, org_id: UUID | None, actor: AuditActor | None, action: str, target
            target_label: str = "", data: dict[str, Any] | None = None) -> AuditEvent:
     """Appends one event to the organisation's chain (redacting secrets from `data`).
 
-    Must run inside the caller's transaction: the event and the change commit together.
+    Must run inside the caller's transaction: the event and the change commit together (no savepoint:
+    a failure here fails the change).
     """
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         head = _locked_head(org_id or GLOBAL_CHAIN)
         now = timezone.now()
         clean = redact(data or {})

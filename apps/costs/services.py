@@ -49,7 +49,7 @@ def record_usage(*, org_id: UUID | str, provider: str, model: str, input_tokens:
     """
     price = price_call(org_id=org_id, provider=provider, model=model, input_tokens=input_tokens,
                        output_tokens=output_tokens, cached_tokens=cached_tokens, at=at, override=override)
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):  # joins the engine's step transaction: no savepoint round trips
         if firsts is None:
             firsts = rollup.first_calls(org_id=org_id, run_id=run_id, agent_id=agent_id, provider=provider,
                                         model=model)

@@ -28,14 +28,14 @@ def append_event(run_id: UUID | str, type: str, **data: Any) -> RunEvent:
     data, at = redact(data), timezone.now()
     connection = connections[RunEvent.objects.db]
     if connection.vendor == "postgresql":
-        with transaction.atomic(), connection.cursor() as cursor:
+        with transaction.atomic(savepoint=False), connection.cursor() as cursor:
             cursor.execute(_APPEND_SQL, [str(run_id), str(run_id), type, json.dumps(data), at])
             row = cursor.fetchone()
         if row is None:
             raise Run.DoesNotExist(f"No run {run_id}.")
         event = RunEvent(id=row[0], run_id=run_id, seq=row[1], type=type, data=data, at=at)
     else:
-        with transaction.atomic():
+        with transaction.atomic(savepoint=False):
             run = Run.objects.select_for_update().only("id", "org_id", "last_seq").get(id=run_id)
             seq = run.last_seq + 1
             Run.objects.filter(id=run_id).update(last_seq=seq)
@@ -80,7 +80,7 @@ def append_events(run_id: UUID | str, events: list[tuple[str, dict[str, Any]]]) 
     at, n = timezone.now(), len(events)
     types = [type for type, _ in events]
     payloads = [json.dumps(redact(data)) for _, data in events]
-    with transaction.atomic(), connection.cursor() as cursor:
+    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(_APPEND_MANY_SQL, [n, str(run_id), str(run_id), n, at, types, payloads])
         seqs = sorted(row[0] for row in cursor.fetchall())
     if not seqs:
