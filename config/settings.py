@@ -129,7 +129,9 @@ if DATABASE_URL:
         # calls on a thread of that request: persistent per-thread connections pile up until Postgres
         # refuses everyone (bench/load.py: 91 idle connections from one web process serving 100 run
         # pages). They share a pool instead (Django's psycopg pool), as Django's docs advise for ASGI.
-        DATABASES["default"].update(CONN_MAX_AGE=0, CONN_HEALTH_CHECKS=False)
+        # CONN_HEALTH_CHECKS makes Django's pool test a connection as it leaves the pool, so one Postgres
+        # closed (a restart, a failover, pg_terminate_backend) is replaced instead of failing a request.
+        DATABASES["default"].update(CONN_MAX_AGE=0, CONN_HEALTH_CHECKS=True)
         DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
             "min_size": 1, "max_size": int(os.environ.get("AIRLOCK_DB_POOL_SIZE", "20")), "timeout": 30}
 else:

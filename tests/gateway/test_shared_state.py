@@ -4,7 +4,6 @@ process, and a revoked key stops at once)."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import subprocess
 import time
@@ -57,7 +56,7 @@ def takes(url: str, prefix: str, key_id: str, rate: int, n: int, **kwargs) -> li
         finally:
             await limiter.close()
 
-    return asyncio.run(go())
+    return run_async(go())  # a loop of its own even where Playwright keeps one running in this thread
 
 
 def test_limiters_with_separate_state_share_one_counter_per_key(redis_url):
