@@ -38,6 +38,7 @@ from urllib.parse import urlparse, urlunparse
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.live import _wait  # noqa: E402
 from bench.run import RESULTS, quantile  # noqa: E402
 
 DB = "airlock_bench_load"
@@ -216,13 +217,7 @@ def timed_requests(method: str, urls_and_bodies: list[tuple[str, dict]], token: 
 
 
 def wait_until(what: str, predicate, timeout: float, interval: float = 0.5):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise TimeoutError(f"timed out waiting for {what}")
+    return _wait(predicate, timeout, what, interval=interval)
 
 
 class Watchers:
