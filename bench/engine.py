@@ -7,7 +7,11 @@ tool, every step committed to Postgres. Imported by bench/run.py after Django is
   then says done; plus a crew whose tool needs a person's approval (the resume metric).
 - `steps(...)` runs each crew inline with `services.start_run` + `services.drive_run` (the same engine a
   worker runs, in this process; the MCP session stays open in this process's pool, as in a warm worker)
-  and records the time between consecutive model calls, the same interval the LangGraph side records.
+  and records the time between consecutive model calls, the same interval the LangGraph side records
+  (`step_ms`), the time spent inside the MCP tool call per step (`tool_ms`: `apps.runs.engine.tools.call_tool`,
+  wrapped here like the scripted model; the pool's hop to its loop thread, the stdio round trip, the result)
+  and their difference (`net_ms`: the platform's own per-step work, what bench/run.py compares with LangGraph's
+  step minus its tool).
 - `stored_bytes(run_id)`: pg_column_size of every row the run left (run, steps, ledger, events, usage,
   audit, approvals).
 """
@@ -22,6 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_CALLS: list[float] = []
+TOOL_CALLS: list[tuple[float, float]] = []  # (entered, left) of every MCP tool call, perf_counter
 
 
 @dataclass
@@ -77,19 +82,38 @@ def setup(sizes: list[int]) -> Setup:
 
 
 def _instrument() -> None:
-    """Stamps every scripted model call (the engine looks `play_turn` up at call time)."""
+    """Stamps every scripted model call and times every MCP tool call (the engine looks `play_turn` and
+    `call_tool` up at call time, as module globals)."""
     from apps.agents import scripted
+    from apps.runs.engine import tools
 
-    if getattr(scripted.play_turn, "_bench", False):
-        return
-    original = scripted.play_turn
+    if not getattr(scripted.play_turn, "_bench", False):
+        original_turn = scripted.play_turn
 
-    def play_turn(*args, **kwargs):
-        MODEL_CALLS.append(time.perf_counter())
-        return original(*args, **kwargs)
+        def play_turn(*args, **kwargs):
+            MODEL_CALLS.append(time.perf_counter())
+            return original_turn(*args, **kwargs)
 
-    play_turn._bench = True
-    scripted.play_turn = play_turn
+        play_turn._bench = True
+        scripted.play_turn = play_turn
+    if not getattr(tools.call_tool, "_bench", False):
+        original_call = tools.call_tool
+
+        def call_tool(*args, **kwargs):
+            entered = time.perf_counter()
+            try:
+                return original_call(*args, **kwargs)
+            finally:
+                TOOL_CALLS.append((entered, time.perf_counter()))
+
+        call_tool._bench = True
+        tools.call_tool = call_tool
+
+
+def _tool_ms(calls: list[float], tool_calls: list[tuple[float, float]]) -> list[float]:
+    """Per step (model call k -> k+1): the time spent inside tool calls that started in it (retries too), in ms."""
+    return [sum(left - entered for entered, left in tool_calls if a <= entered < b) * 1000
+            for a, b in itertools.pairwise(calls)]
 
 
 def actor_for(s: Setup):
@@ -99,19 +123,21 @@ def actor_for(s: Setup):
     return member_actor(Membership.objects.select_related("user", "org").get(id=s.owner_id))
 
 
-def one_run(s: Setup, size: int) -> tuple[str, float, list[float]]:
-    """(run id, total ms, step intervals in ms) of one run of `size` steps, inline."""
+def one_run(s: Setup, size: int) -> tuple[str, float, list[float], list[float]]:
+    """(run id, total ms, step intervals in ms, tool call ms per step) of one run of `size` steps, inline."""
     from apps.runs import services
 
     _instrument()
     MODEL_CALLS.clear()
+    TOOL_CALLS.clear()
     started = time.perf_counter()
     run = services.start_run(actor=actor_for(s), crew_id=s.crews[size], inputs={}, enqueue=False)
     run = services.drive_run(run_id=run.id, max_tasks=1000)
     total = (time.perf_counter() - started) * 1000
     assert run.status == "succeeded", (run.status, run.error)
-    assert len(MODEL_CALLS) == size + 1, len(MODEL_CALLS)
-    return str(run.id), total, [(b - a) * 1000 for a, b in itertools.pairwise(MODEL_CALLS)]
+    assert len(MODEL_CALLS) == size + 1 and len(TOOL_CALLS) >= size, (len(MODEL_CALLS), len(TOOL_CALLS))
+    return (str(run.id), total, [(b - a) * 1000 for a, b in itertools.pairwise(MODEL_CALLS)],
+            _tool_ms(MODEL_CALLS, TOOL_CALLS))
 
 
 BYTES_SQL = """
@@ -146,14 +172,17 @@ def steps(s: Setup, sizes: list[int], passes: int, bytes_size: int) -> dict:
     out: dict = {"sizes": {}}
     one_run(s, min(sizes))  # warm: the MCP session opens, imports and caches load
     for size in sizes:
-        intervals, totals, stored, rows = [], [], [], None
+        intervals, tool_ms, totals, stored, rows = [], [], [], [], None
         for _ in range(passes):
-            run_id, total, steps_ms = one_run(s, size)
+            run_id, total, steps_ms, tools_ms = one_run(s, size)
             intervals += steps_ms
+            tool_ms += tools_ms
             totals.append(total)
             size_bytes, rows = stored_bytes(run_id)
             stored.append(size_bytes)
-        out["sizes"][str(size)] = {"step_ms": intervals, "run_ms": totals, "bytes": stored}
+        out["sizes"][str(size)] = {"step_ms": intervals, "tool_ms": tool_ms,
+                                   "net_ms": [step - call for step, call in zip(intervals, tool_ms, strict=True)],
+                                   "run_ms": totals, "bytes": stored}
         if size == bytes_size:
             out["bytes"] = {"size": size, "per_run": stored, "rows": rows}
     return out

@@ -2,7 +2,7 @@
 
 Runs in the bench venv (var/bench/venv, bench/requirements.txt), never in the project's:
 
-    var/bench/venv/bin/python bench/langgraph_side.py steps  --db URL --sizes 5,20,100 --passes 5
+    var/bench/venv/bin/python bench/langgraph_side.py steps  --db URL --sizes 5,20,100 --passes 5 [--tool mcp]
     var/bench/venv/bin/python bench/langgraph_side.py resume --db URL --passes 20
 
 and prints one JSON object on stdout. The agent is `langgraph.prebuilt.create_react_agent` (in
@@ -14,9 +14,23 @@ step starts: the same promise as Airlock's commit per step). The chat model is a
 deciding from the message history only, like Airlock's scripted model; the tool returns the same
 2 KB text as bench/lookup_server.py.
 
+`--tool` picks the agent's `lookup` tool:
+- `python` (the default, the target row of bench/run.py): a plain in-process `@tool` function calling
+  bench.payload.lookup_result.
+- `mcp` (an info row: the same tool as Airlock's): bench/lookup_server.py over stdio MCP, started with
+  the project's Python (`--server-python`, default .venv/bin/python; `-m bench.lookup_server`, cwd the
+  repository root, as bench/engine.py registers it), through `langchain-mcp-adapters`: one
+  `ClientSession` opened before the runs and kept open (`load_mcp_tools(session)`; the default
+  MultiServerMCPClient would open a session per call). The session lives on an event loop in a
+  thread of its own and the adapter's (async-only) tool gets a sync `func` that runs its coroutine
+  there, so the graph, `invoke` and the sync PostgresSaver stay exactly as in the default mode (Airlock's
+  pool works the same way: a loop thread the engine's thread hands each call to).
+
 - steps: for each size, `passes` runs; the time between consecutive model calls (one step: the
-  model's answer stored, the tool run, its result stored, the next model call) for every step,
-  the run's total time, and for the 20-step runs the bytes the run left in the checkpoint tables
+  model's answer stored, the tool run, its result stored, the next model call) for every step
+  (`step_ms`), the time spent inside the tool per step (`tool_ms`: the tool function's body, or the
+  whole adapter call including the hop to the session's loop) and their difference (`net_ms`), the
+  run's total time, and for the 20-step runs the bytes the run left in the checkpoint tables
   (pg_column_size of its rows in checkpoints, checkpoint_blobs, checkpoint_writes).
 - resume: a tool that calls `interrupt()` first (human in the loop); after the pause, the time
   from `invoke(Command(resume=True))` to the tool's code running past the interrupt, warm.
@@ -25,9 +39,12 @@ deciding from the message history only, like Airlock's scripted model; the tool 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import concurrent.futures
 import itertools
 import json
 import sys
+import threading
 import time
 import uuid
 import warnings
@@ -37,7 +54,7 @@ warnings.filterwarnings("ignore")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from langchain_core.language_models.chat_models import BaseChatModel  # noqa: E402
-from langchain_core.messages import AIMessage  # noqa: E402
+from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from langgraph.checkpoint.postgres import PostgresSaver  # noqa: E402
@@ -45,7 +62,9 @@ from langgraph.prebuilt import create_react_agent  # noqa: E402
 from langgraph.types import Command, interrupt  # noqa: E402
 from payload import lookup_result  # noqa: E402
 
+ROOT = Path(__file__).resolve().parent.parent
 MODEL_CALLS: list[float] = []
+TOOL_CALLS: list[tuple[float, float]] = []  # (entered, left) of every tool call, perf_counter
 RESUMED: list[float] = []
 
 
@@ -76,7 +95,77 @@ class ScriptedChat(BaseChatModel):
 @tool
 def lookup(n: int) -> str:
     """Returns record n (2 KB of text)."""
-    return lookup_result(n)
+    entered = time.perf_counter()
+    try:
+        return lookup_result(n)
+    finally:
+        TOOL_CALLS.append((entered, time.perf_counter()))
+
+
+class McpLookup:
+    """bench/lookup_server.py over stdio MCP: one session, opened once, on an event loop thread of its own."""
+
+    def __init__(self, server_python: str) -> None:
+        self.server_python = server_python
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="mcp-session", daemon=True)
+        self.ready: concurrent.futures.Future = concurrent.futures.Future()  # the adapter's tools
+        self.stop: asyncio.Event | None = None
+
+    def __enter__(self):
+        self.thread.start()
+        self.served = asyncio.run_coroutine_threadsafe(self._serve(), self.loop)
+        (self.tool,) = [t for t in self.ready.result(30) if t.name == "lookup"]
+        coroutine = self.tool.coroutine
+
+        def run(**arguments):
+            entered = time.perf_counter()
+            try:
+                return asyncio.run_coroutine_threadsafe(coroutine(**arguments), self.loop).result(60)
+            finally:
+                TOOL_CALLS.append((entered, time.perf_counter()))
+
+        self.tool.func = run  # the adapter's own tool (schema, content_and_artifact, errors), run from a sync graph
+        return self
+
+    async def _serve(self) -> None:
+        # the stdio transport and the session are entered and left in this one task (anyio's cancel scopes)
+        from langchain_mcp_adapters.tools import load_mcp_tools
+        from mcp import ClientSession, StdioServerParameters
+        from mcp.client.stdio import stdio_client
+
+        self.stop = asyncio.Event()
+        params = StdioServerParameters(command=self.server_python, args=["-m", "bench.lookup_server"], cwd=str(ROOT))
+        try:
+            async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                self.ready.set_result(await load_mcp_tools(session))
+                await self.stop.wait()
+        except BaseException as exc:
+            if not self.ready.done():
+                self.ready.set_exception(exc)
+            raise
+
+    def __exit__(self, *exc) -> None:
+        if self.stop is not None:
+            self.loop.call_soon_threadsafe(self.stop.set)
+        try:
+            self.served.result(10)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+
+
+def _text(message: ToolMessage) -> str:
+    content = message.content
+    return content if isinstance(content, str) else "".join(
+        b.get("text", "") if isinstance(b, dict) else str(b) for b in content)
+
+
+def _tool_ms(calls: list[float], tools: list[tuple[float, float]]) -> list[float]:
+    """Per step (model call k -> k+1): the time spent inside tool calls that started in it, in ms."""
+    return [sum(left - entered for entered, left in tools if a <= entered < b) * 1000
+            for a, b in itertools.pairwise(calls)]
 
 
 @tool
@@ -104,29 +193,35 @@ SELECT (SELECT count(*) FROM checkpoints WHERE thread_id = %(t)s) AS checkpoints
 """
 
 
-def steps(saver: PostgresSaver, sizes: list[int], passes: int, bytes_size: int) -> dict:
+def steps(saver: PostgresSaver, sizes: list[int], passes: int, bytes_size: int, lookup_tool=lookup) -> dict:
     out: dict = {"sizes": {}}
     for size in sizes:
-        graph = create_react_agent(ScriptedChat(steps=size), [lookup], checkpointer=saver)
-        intervals, totals, stored, rows = [], [], [], None
+        graph = create_react_agent(ScriptedChat(steps=size), [lookup_tool], checkpointer=saver)
+        intervals, tool_ms, totals, stored, rows = [], [], [], [], None
         for index in range(passes + 1):  # the first run warms the graph and the connection
             thread = str(uuid.uuid4())
             MODEL_CALLS.clear()
+            TOOL_CALLS.clear()
             started = time.perf_counter()
             result = graph.invoke({"messages": [("user", "go")]},
                                   {"configurable": {"thread_id": thread}, "recursion_limit": 2 * size + 10},
                                   durability="sync")
             total = time.perf_counter() - started
             assert result["messages"][-1].content == "done", result["messages"][-1]
-            assert len(MODEL_CALLS) == size + 1
+            assert len(MODEL_CALLS) == size + 1 and len(TOOL_CALLS) == size, (len(MODEL_CALLS), len(TOOL_CALLS))
+            answers = [m for m in result["messages"] if isinstance(m, ToolMessage)]
+            assert len(answers) == size and _text(answers[-1]) == lookup_result(size - 1), answers[-1]
             if index == 0:
                 continue
             intervals += [(b - a) * 1000 for a, b in itertools.pairwise(MODEL_CALLS)]
+            tool_ms += _tool_ms(MODEL_CALLS, TOOL_CALLS)
             totals.append(total * 1000)
             with saver.conn.cursor() as cur:
                 stored.append(int(cur.execute(BYTES_SQL, {"t": thread}).fetchone()["bytes"]))
                 rows = dict(cur.execute(ROWS_SQL, {"t": thread}).fetchone())
-        out["sizes"][str(size)] = {"step_ms": intervals, "run_ms": totals, "bytes": stored}
+        out["sizes"][str(size)] = {"step_ms": intervals, "tool_ms": tool_ms,
+                                   "net_ms": [step - call for step, call in zip(intervals, tool_ms, strict=True)],
+                                   "run_ms": totals, "bytes": stored}
         if size == bytes_size:
             out["bytes"] = {"size": size, "per_run": stored, "rows": rows}
     return out
@@ -155,16 +250,30 @@ def main() -> None:
     parser.add_argument("--sizes", default="5,20,100")
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--bytes-size", type=int, default=20)
+    parser.add_argument("--tool", choices=["python", "mcp"], default="python",
+                        help="steps: the lookup tool in-process (default) or bench/lookup_server.py over stdio MCP")
+    parser.add_argument("--server-python", default=str(ROOT / ".venv" / "bin" / "python"),
+                        help="--tool mcp: the Python that runs bench/lookup_server.py (the project's)")
     args = parser.parse_args()
     import langgraph.version
 
     with PostgresSaver.from_conn_string(args.db) as saver:
         saver.setup()
-        if args.mode == "steps":
-            report = steps(saver, [int(s) for s in args.sizes.split(",")], args.passes, args.bytes_size)
+        sizes = [int(s) for s in args.sizes.split(",")]
+        if args.mode == "steps" and args.tool == "mcp":
+            with McpLookup(args.server_python) as mcp_lookup:
+                report = steps(saver, sizes, args.passes, args.bytes_size, lookup_tool=mcp_lookup.tool)
+        elif args.mode == "steps":
+            report = steps(saver, sizes, args.passes, args.bytes_size)
         else:
             report = resume(saver, args.passes)
+    from importlib.metadata import version
+
     report["versions"] = {"langgraph": langgraph.version.__version__}
+    if args.mode == "steps":
+        report["tool"] = args.tool
+        if args.tool == "mcp":
+            report["versions"] |= {p: version(p) for p in ("langchain-mcp-adapters", "mcp")}
     print(json.dumps(report))
 
 

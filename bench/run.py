@@ -176,27 +176,68 @@ class Table:
 # --- the metrics -----------------------------------------------------------------------------------------
 
 def run_steps(args, python, theirs_db, setup, report, table) -> None:
+    """Per-step overhead: the target rows compare our step (scripted model, the `bench.lookup` MCP tool over
+    stdio, each step committed) with LangGraph's (`create_react_agent` + PostgresSaver, durability="sync",
+    an in-process `lookup` tool). Info rows show where the difference comes from, measured in the same
+    rounds: LangGraph calling the same stdio MCP server through langchain-mcp-adapters on one session kept
+    open (`--tool mcp`, 20 steps); each step minus the time spent inside its tool call (ours: the engine's
+    `call_tool`; theirs: the tool function, or the adapter call), median over all steps; and the tool call
+    alone, MCP on both sides. Their samples: report["steps"]["samples_20"]."""
     from bench import engine
 
     sizes = [5, 20] if args.quick else [5, 20, 100]
     passes = args.passes or (2 if args.quick else 5)
     rounds = 1 if args.quick else 2  # theirs, ours, theirs, ours: both sides see the same machine
-    ours_data, theirs_data = {}, {}
+    # the info rows: LangGraph with the same stdio MCP tool (20 steps), and each step minus its tool call
+    parts = ("tool_ms", "net_ms")
+    ours_data, theirs_data, theirs_mcp, split = {}, {}, {}, {}
+
+    def keep(side: str, part: dict) -> dict:  # merge() keeps step/run/bytes; the tool split is kept here
+        for size, values in part["sizes"].items():
+            for key in parts:
+                split.setdefault(side, {}).setdefault(size, {k: [] for k in parts})[key] += values[key]
+        return part
+
     for _ in range(rounds):
-        merge(theirs_data, theirs(python, theirs_db, "steps", sizes=",".join(map(str, sizes)), passes=passes,
-                                  bytes_size=20))
-        merge(ours_data, engine.steps(setup, sizes, passes, 20))
-    report["steps"] = {"ours": {k: {"step_ms": summary(v["step_ms"]), "run_ms": summary(v["run_ms"])}
-                                for k, v in ours_data["sizes"].items()},
-                       "theirs": {k: {"step_ms": summary(v["step_ms"]), "run_ms": summary(v["run_ms"])}
-                                  for k, v in theirs_data["sizes"].items()},
-                       "tool": "bench.lookup over stdio MCP, session warm in this process's pool"}
+        merge(theirs_data, keep("theirs", theirs(python, theirs_db, "steps", sizes=",".join(map(str, sizes)),
+                                                 passes=passes, bytes_size=20)))
+        merge(theirs_mcp, keep("theirs_mcp", theirs(python, theirs_db, "steps", sizes="20", passes=passes,
+                                                    bytes_size=0, tool="mcp", server_python=sys.executable)))
+        merge(ours_data, keep("ours", engine.steps(setup, sizes, passes, 20)))
+
+    def sizes_summary(side: str, data: dict) -> dict:
+        return {k: {"step_ms": summary(v["step_ms"]), "run_ms": summary(v["run_ms"]),
+                    **{key: summary(split[side][k][key]) for key in parts}} for k, v in data["sizes"].items()}
+
+    report["steps"] = {"ours": sizes_summary("ours", ours_data), "theirs": sizes_summary("theirs", theirs_data),
+                       "theirs_mcp": sizes_summary("theirs_mcp", theirs_mcp),
+                       "samples_20": {side: {"step_ms": data["sizes"]["20"]["step_ms"], **split[side]["20"]}
+                                      for side, data in (("ours", ours_data), ("theirs", theirs_data),
+                                                         ("theirs_mcp", theirs_mcp))},
+                       "tool": "bench.lookup over stdio MCP, session warm in this process's pool",
+                       "theirs_tool": "lookup: an in-process @tool function (the target rows)",
+                       "theirs_mcp_tool": "bench/lookup_server.py over stdio MCP via langchain-mcp-adapters, one "
+                                          "ClientSession kept open (info rows)"}
     o20, t20 = ours_data["sizes"]["20"]["step_ms"], theirs_data["sizes"]["20"]["step_ms"]
     om, tm = statistics.median(o20), statistics.median(t20)
     op, tp = quantile(o20, 0.95), quantile(t20, 0.95)
     table.add("per-step overhead, 20 steps (median)", om, tm, unit=" ms", target="ratio <= 0.75",
               ok=om / tm <= 0.75)
     table.add("per-step overhead, 20 steps (p95)", op, tp, unit=" ms", target="ratio <= 1.0", ok=op / tp <= 1.0)
+    # info: where the difference comes from (theirs_mcp: the same stdio MCP server as ours, one session)
+    mcp20 = split["theirs_mcp"]["20"]
+    table.add("same MCP tool on both sides, 20 steps (median)", om,
+              statistics.median(theirs_mcp["sizes"]["20"]["step_ms"]), unit=" ms", target="info", ok=None,
+              note="theirs: bench/lookup_server.py via langchain-mcp-adapters, one session")
+    on = statistics.median(split["ours"]["20"]["net_ms"])
+    table.add("step minus its tool call, 20 steps (median)", on, statistics.median(split["theirs"]["20"]["net_ms"]),
+              unit=" ms", target="info", ok=None, note="per step: interval - time inside the tool call; "
+              "theirs: in-process tool")
+    table.add("step minus its tool call, MCP both (median)", on, statistics.median(mcp20["net_ms"]), unit=" ms",
+              target="info", ok=None, note="theirs: the MCP runs, minus the adapter call")
+    table.add("tool call alone, MCP both sides, 20 (median)", statistics.median(split["ours"]["20"]["tool_ms"]),
+              statistics.median(mcp20["tool_ms"]), unit=" ms", target="info", ok=None,
+              note="ours: apps.runs.engine.tools.call_tool; theirs: the adapter tool's coroutine")
     for size in sizes:
         if str(size) != "20":
             o, t = (statistics.median(d["sizes"][str(size)]["step_ms"]) for d in (ours_data, theirs_data))
