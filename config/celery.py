@@ -52,6 +52,8 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
     worker_send_task_events=False,
+    # No task here has a rate limit: the consumer skips the token-bucket step for every message.
+    worker_disable_rate_limits=True,
     beat_schedule={
         "worker-heartbeat": {"task": "apps.core.tasks.record_worker_heartbeat", "schedule": 30.0},
         "prune-broadcasts": {"task": "apps.core.tasks.prune_broadcasts", "schedule": 60.0},

@@ -90,16 +90,22 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
             and actor.user_id == request.requested_by_user_id):
         raise PermissionDenied("You started this run, and the tool is dangerous: someone else must approve it.")
     chosen = standing.clean_standing(request, standing_choice) if decision == VoteDecision.APPROVE else None
-    if request.votes.filter(actor_label=actor.label).exists():
+    # The votes so far, read once under the request's lock (no other vote on it can commit meanwhile):
+    # whether this person already voted, and the counts after this vote.
+    cast = list(request.votes.values_list("user_id", "actor_label", "decision"))
+    if any(label == actor.label or (actor.user_id is not None and user_id == actor.user_id)
+           for user_id, label, _ in cast):
         raise Conflict("You already voted on this request.")
     try:
-        with transaction.atomic():
-            ApprovalVote.objects.create(org_id=request.org_id, request=request, user_id=actor.user_id,
-                                        actor_label=actor.label, decision=decision, comment=comment,
-                                        arguments=arguments)
+        # No savepoint: an IntegrityError here (approval_vote_once) ends the caller's transaction, which
+        # rolls back as the Conflict leaves it; nothing catches it to carry on.
+        ApprovalVote.objects.create(org_id=request.org_id, request=request, user_id=actor.user_id,
+                                    actor_label=actor.label, decision=decision, comment=comment,
+                                    arguments=arguments)
     except IntegrityError:
         raise Conflict("You already voted on this request.") from None
-    approvals = request.votes.filter(decision=VoteDecision.APPROVE).count()
+    approvals = sum(1 for *_, d in cast if d == VoteDecision.APPROVE) + (decision == VoteDecision.APPROVE)
+    request.votes_cast = len(cast) + 1
     fields = ["comment", "updated_at"]
     request.comment = "\n".join(c for c in (request.comment, comment) if c)
     if arguments is not None:
@@ -116,7 +122,7 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
     audit.record(org_id=request.org_id, actor=actor, action=f"approval.{decision}", target=request,
                  target_label=request.title, data={"status": request.status, "comment": comment,
                                                    "edited": arguments is not None,
-                                                   "votes": request.votes.count(),
+                                                   "votes": request.votes_cast,
                                                    "required": request.required_approvals})
     if chosen and request.status == ApprovalStatus.APPROVED:
         standing.create_standing(actor=actor, request=request, **chosen)

@@ -7,7 +7,7 @@ import json
 from typing import Any, Protocol
 from uuid import UUID
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from apps.audit.models import GLOBAL_CHAIN, AuditChainHead, AuditEvent
@@ -63,15 +63,34 @@ def record(*, org_id: UUID | None, actor: AuditActor | None, action: str, target
             prev_hash=head.hash, seq=seq, org_id=org_id, created_at=now.isoformat(), action=action,
             actor_label=actor_label, target=f"{target_type}:{target_id}", data=clean,
         )
-        event = AuditEvent.objects.create(
+        event = AuditEvent(
             org_id=org_id, seq=seq, created_at=now, action=action, actor_label=actor_label,
             actor_user_id=getattr(actor, "user_id", None), actor_token_id=getattr(actor, "token_id", None),
             target_type=target_type, target_id=target_id, target_label=target_label or str(target or "")[:200],
             data=clean, ip=getattr(actor, "ip", None), prev_hash=head.hash, hash=digest,
         )
+        connection = connections[AuditEvent.objects.db]
+        if connection.vendor == "postgresql":
+            # The event and the chain head's move in one statement (one round trip, not two).
+            with connection.cursor() as cursor:
+                cursor.execute(_RECORD_SQL, [
+                    seq, digest, head.chain, event.id, org_id, seq, now, action, actor_label, event.actor_user_id,
+                    event.actor_token_id, target_type, target_id, event.target_label, json.dumps(clean), event.ip,
+                    head.hash, digest])
+            event._state.adding, event._state.db = False, connection.alias
+        else:
+            event.save(force_insert=True)
+            AuditChainHead.objects.filter(chain=head.chain).update(seq=seq, hash=digest)
         head.seq, head.hash = seq, digest
-        head.save(update_fields=["seq", "hash"])
     return event
+
+
+_RECORD_SQL = """
+WITH head AS (UPDATE audit_auditchainhead SET seq = %s, hash = %s WHERE chain = %s)
+INSERT INTO audit_auditevent (id, org_id, seq, created_at, action, actor_label, actor_user_id, actor_token_id,
+                              target_type, target_id, target_label, data, ip, prev_hash, hash)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::inet, %s, %s)
+"""
 
 
 def record_many(*, org_id: UUID | None, entries: list[dict[str, Any]]) -> list[AuditEvent]:

@@ -8,6 +8,7 @@ UPDATE and a lease, runs a bounded number of engine steps, and gives the run bac
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -18,8 +19,8 @@ from uuid import UUID
 
 import jsonschema
 from django.conf import settings
-from django.db import IntegrityError, InterfaceError, OperationalError, transaction
-from django.db.models import Case, F, PositiveIntegerField, Q, When
+from django.db import IntegrityError, InterfaceError, OperationalError, connections, transaction
+from django.db.models import Case, Exists, F, OuterRef, PositiveIntegerField, Q, When
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -36,6 +37,7 @@ from apps.registry.models import Tool
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.loop import advance
+from apps.runs.events import _publish as publish_event
 from apps.runs.events import append_event, publish_status
 from apps.runs.models import CallState, Run, RunStatus, ToolCall
 from apps.runs.store import RunStore, lease_seconds
@@ -168,10 +170,13 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
 
 
 def _enqueue_on_commit(run_id: UUID | str, *, resume: bool = False) -> None:
+    transaction.on_commit(lambda: _enqueue(run_id, resume=resume))
+
+
+def _enqueue(run_id: UUID | str, *, resume: bool = False) -> None:
     from apps.runs import tasks
 
-    task = tasks.resume_run if resume else tasks.execute_run
-    transaction.on_commit(lambda: task.delay(str(run_id)))
+    (tasks.resume_run if resume else tasks.execute_run).delay(str(run_id))
 
 
 # --- cancel --------------------------------------------------------------------------------------
@@ -215,22 +220,29 @@ def decide_approval(*, actor: Actor, approval_id: UUID | str, decision: str, arg
     Raises Conflict when already decided (HTTP 409), PermissionDenied, ValidationFailed, NotFound.
     """
     actor.require("approvals.decide")
-    kind = ApprovalRequest.objects.filter(org_id=actor.org_id, id=approval_id).values_list("kind", flat=True).first()
-    if kind == ApprovalKind.DEFINITION_CHANGE:
-        return approvals.decide_definition_change(actor=actor, approval_id=approval_id, decision=decision,
-                                                  comment=comment)
     with transaction.atomic():
-        request = (ApprovalRequest.objects.select_for_update().filter(org_id=actor.org_id, id=approval_id).first())
+        # The request and its tool in one read (the lock is the request row's only: `of=("self",)`).
+        request = (ApprovalRequest.objects.select_for_update(of=("self",)).select_related("tool")
+                   .filter(org_id=actor.org_id, id=approval_id).first())
         if request is None:
             raise NotFound("No such approval request.")
+        if request.kind == ApprovalKind.DEFINITION_CHANGE:
+            return approvals.decide_definition_change(actor=actor, approval_id=approval_id, decision=decision,
+                                                      comment=comment)
         if expected_args_hash and expected_args_hash != (request.approved_args_hash or request.args_hash):
             raise Conflict("The arguments changed since you looked (another approver edited them): "
                            "review them again.")
-        run = Run.objects.select_for_update().filter(id=request.run_id).first() if request.run_id else None
+        # Only what this function reads of the run (not its snapshot): its status, under the row lock.
+        run = (Run.objects.select_for_update().only("id", "org_id", "status").filter(id=request.run_id).first()
+               if request.run_id else None)
         edited = None
         if arguments is not None and decision == "approve" and args_hash(arguments) != request.args_hash:
             _check_arguments(request, arguments)
             edited = arguments
+        # The resume is enqueued first among this transaction's after-commit work (registered before the
+        # vote's inbox count and notifications): the worker starts while those are still being sent.
+        resume: list[UUID] = []
+        transaction.on_commit(lambda: resume and _enqueue(resume[0], resume=True))
         request = approvals.record_vote(actor=actor, request=request, decision=decision, comment=comment,
                                         arguments=edited, approved_args_hash=args_hash(edited) if edited else "",
                                         standing_choice=standing)
@@ -238,11 +250,12 @@ def decide_approval(*, actor: Actor, approval_id: UUID | str, decision: str, arg
             return request
         if request.status == ApprovalStatus.PENDING:  # M of N: more approvals needed
             append_event(run.id, "approval.voted", approval_id=str(request.id), decision=decision, by=actor.label,
-                         votes=request.votes.count(), required=request.required_approvals)
+                         votes=request.votes_cast, required=request.required_approvals)
             return request
         append_event(run.id, "approval.decided", approval_id=str(request.id), tool_call_id=str(request.tool_call_id),
                      decision=request.status, by=actor.label, comment=comment[:500], edited=edited is not None)
-        _resume_if_ready(run)
+        if _resume_if_ready(run, enqueue=False):
+            resume.append(run.id)
     return request
 
 
@@ -281,18 +294,25 @@ def _check_arguments(request: ApprovalRequest, arguments: Any) -> None:
         raise ValidationFailed("The edited arguments do not match the tool's input schema.", errors)
 
 
-def _resume_if_ready(run: Run) -> None:
-    """Caller holds the run row lock. Waiting and nothing pending -> queued, resume enqueued on commit."""
+def _resume_if_ready(run: Run, *, enqueue: bool = True) -> bool:
+    """Caller holds the run row lock. Waiting and nothing pending -> queued, resume enqueued on commit
+    (`enqueue=False`: the caller enqueues it). Says whether the run was queued.
+
+    One statement: the status moves only when no approval of the run is pending and no call is unknown."""
     if run.status != RunStatus.WAITING:
-        return
-    pending = ApprovalRequest.objects.filter(run_id=run.id, status=ApprovalStatus.PENDING).exists()
-    unknown = ToolCall.objects.filter(run_id=run.id, state=CallState.UNKNOWN).exists()
-    if pending or unknown:
-        return
-    run.status = RunStatus.QUEUED
-    run.save(update_fields=["status", "updated_at"])
+        return False
+    pending = ApprovalRequest.objects.filter(run_id=OuterRef("pk"), status=ApprovalStatus.PENDING)
+    unknown = ToolCall.objects.filter(run_id=OuterRef("pk"), state=CallState.UNKNOWN)
+    now = timezone.now()
+    queued = (Run.objects.filter(id=run.id, status=RunStatus.WAITING).exclude(Exists(pending))
+              .exclude(Exists(unknown)).update(status=RunStatus.QUEUED, updated_at=now))
+    if not queued:
+        return False
+    run.status, run.updated_at = RunStatus.QUEUED, now
     publish_status(run)
-    _enqueue_on_commit(run.id, resume=True)
+    if enqueue:
+        _enqueue_on_commit(run.id, resume=True)
+    return True
 
 
 def resolve_unknown_call(*, actor: Actor, tool_call_id: UUID | str, outcome: str, note: str = "") -> ToolCall:
@@ -326,9 +346,54 @@ def resolve_unknown_call(*, actor: Actor, tool_call_id: UUID | str, outcome: str
 
 # --- claim, advance, sweep -----------------------------------------------------------------------
 
+# The claim in one statement on Postgres: the compare-and-set, the time spent waiting for people added
+# to `waited_s`, and the run's `run.resumed` / `run.started` event with its sequence number. It replaces
+# an UPDATE, then a transaction with a SELECT ... FOR UPDATE, an UPDATE of `state` and the event's
+# INSERT (six round trips with BEGIN and COMMIT) between a decision and the approved call's dispatch.
+_CLAIM_SQL = """
+WITH old AS (
+  SELECT id, status, last_seq, state, COALESCE(state->>'waiting_since', '') <> '' AS resumed
+  FROM runs_run WHERE id = %(id)s FOR UPDATE
+), claimed AS (
+  UPDATE runs_run r SET
+    status = 'running', lease_owner = %(owner)s, lease_expires_at = %(expires)s,
+    deliveries = CASE WHEN old.status = 'running' THEN r.deliveries + 1 ELSE r.deliveries END,
+    started_at = COALESCE(r.started_at, %(now)s), updated_at = %(now)s,
+    state = CASE WHEN old.resumed THEN (old.state - 'waiting_since') || jsonb_build_object('waited_s',
+        COALESCE((old.state->>'waited_s')::float8, 0) + GREATEST(0::float8,
+          EXTRACT(EPOCH FROM (%(now)s::timestamptz - (old.state->>'waiting_since')::timestamptz))::float8))
+      ELSE old.state END,
+    last_seq = old.last_seq + CASE WHEN old.resumed OR old.last_seq <= 1 THEN 1 ELSE 0 END
+  FROM old
+  WHERE r.id = old.id AND (old.status = 'queued' OR (old.status = 'running' AND r.lease_expires_at < %(now)s))
+  RETURNING r.*, CASE WHEN old.resumed THEN 'run.resumed' WHEN old.last_seq <= 1 THEN 'run.started' END
+    AS claim_event
+), event AS (
+  INSERT INTO runs_runevent (run_id, seq, type, data, at)
+  SELECT id, last_seq, claim_event, CASE WHEN claim_event = 'run.started' THEN %(started)s::jsonb
+    ELSE '{}'::jsonb END, %(now)s
+  FROM claimed WHERE claim_event IS NOT NULL
+)
+SELECT * FROM claimed
+"""
+
+
 def _claim(run_id: str, owner: str) -> Run | None:
     """Compare-and-set: queued, or running with an expired lease (a lost worker) -> running, ours."""
     now = timezone.now()
+    if connections[Run.objects.db].vendor == "postgresql":
+        started = {"worker": owner}
+        rows = list(Run.objects.raw(_CLAIM_SQL, {
+            "id": run_id, "owner": owner, "expires": now + timedelta(seconds=lease_seconds()), "now": now,
+            "started": json.dumps(started)}))
+        if not rows:
+            return None
+        run = rows[0]
+        if run.claim_event:
+            publish_event(run.id, run.last_seq, run.claim_event, started if run.claim_event == "run.started" else {},
+                          now)
+        publish_status(run)
+        return run
     claimable = Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
     claimed = Run.objects.filter(claimable, id=run_id).update(
         status=RunStatus.RUNNING, lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_seconds()),

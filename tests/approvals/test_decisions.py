@@ -15,12 +15,14 @@ from django.utils import timezone
 from apps.accounts.actors import member_actor
 from apps.approvals import standing
 from apps.approvals.models import ApprovalRequest, StandingApproval
+from apps.audit.models import AuditEvent
+from apps.audit.selectors import verify_chain
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
 from apps.crews import services as crew_services
 from apps.registry import services as registry_services
 from apps.registry.models import Tool
 from apps.runs import services, tasks
-from apps.runs.models import ToolCall
+from apps.runs.models import RunEvent, ToolCall
 from tests.factories import add_member, token_for
 from tests.runs.conftest import LOOK_UP, REFUND
 
@@ -176,6 +178,34 @@ def test_m_of_n_each_person_once_and_any_rejection_rejects(desk, org):
     refund = ToolCall.objects.get(run=run, qualified_name="orders.refund_order")
     assert refund.state == "rejected" and "too much" in refund.reason
     assert desk.refunds() == {}
+
+
+@pytest.mark.django_db
+def test_two_of_two_votes_are_counted_chained_in_the_audit_and_the_run_resumes_once_with_its_wait(desk, org):
+    crew = desk.refund_desk(approvals_required=2)
+    run, request = held_run(desk, crew)
+    one, two = (member_actor(add_member(org, "approver")) for _ in range(2))
+    services.decide_approval(actor=one, approval_id=request.id, decision="approve", comment="fine by me")
+    run.refresh_from_db()
+    assert run.status == "waiting"
+    voted = RunEvent.objects.get(run=run, type="approval.voted")
+    assert (voted.data["votes"], voted.data["required"], voted.data["by"]) == (1, 2, one.label)
+    services.decide_approval(actor=two, approval_id=request.id, decision="approve")
+    run.refresh_from_db()
+    assert run.status == "queued"
+    votes = AuditEvent.objects.filter(org_id=org.id, action="approval.approve", target_id=str(request.id))
+    assert [(e.actor_label, e.data["votes"], e.data["status"]) for e in votes.order_by("seq")] == [
+        (one.label, 1, "pending"), (two.label, 2, "approved")]
+    assert verify_chain(org_id=org.id).intact
+    run = finish(run.id)
+    assert run.status == "succeeded", run.error
+    assert list(desk.refunds()) == ["refund-A-1001"]  # once
+    refund = ToolCall.objects.get(run=run, qualified_name="orders.refund_order")
+    assert refund.state == "succeeded" and refund.approved_arguments == refund.arguments
+    events = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", "type"))
+    assert [seq for seq, _ in events] == list(range(1, len(events) + 1))  # gapless, the claim's event included
+    assert [t for _, t in events].count("run.resumed") == 1
+    assert "waiting_since" not in run.state and run.state["waited_s"] > 0
 
 
 def two_refunds(desk, name="Twice"):
