@@ -160,7 +160,8 @@ def scripted_model(script: list[dict[str, Any]], *, inputs: Mapping[str, Any] | 
     turns = list(script or [])
     run_inputs = dict(inputs or {})
 
-    def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    async def respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        # async although it never awaits: pydantic-ai runs a plain function on a worker thread, a hop per call
         index = turn_offset + sum(1 for m in messages if isinstance(m, ModelResponse))
         turn = turns[index] if index < len(turns) else None
         return play_turn(turn, index=index, messages=messages, inputs=run_inputs)

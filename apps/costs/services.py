@@ -25,7 +25,7 @@ from apps.core.errors import NotFound, ValidationFailed
 from apps.core.realtime import org_group, publish_after_commit
 from apps.costs import rollup, selectors
 from apps.costs.models import DEFAULT_THRESHOLDS, Budget, BudgetAlert, BudgetScope, ModelPrice, UsageRecord
-from apps.costs.pricing import UNSET, price_call
+from apps.costs.pricing import UNSET, Price, price_call
 from apps.notifications import services as notifications
 
 logger = logging.getLogger(__name__)
@@ -38,16 +38,17 @@ def record_usage(*, org_id: UUID | str, provider: str, model: str, input_tokens:
                  cached_tokens: int = 0, latency_ms: int = 0, run_id: UUID | str | None = None,
                  crew_id: UUID | str | None = None, agent_id: UUID | str | None = None,
                  at: datetime | None = None, override: Any = UNSET, firsts: rollup.FirstCalls | None = None,
-                 budgets: bool = True) -> UsageRecord:
+                 budgets: bool = True, price: Price | None = None) -> UsageRecord:
     """Prices one model call now (override, genai-prices, or unknown) and stores it. Called by the engine.
 
     The usage row and its day's `DailySpend` row change in one transaction. `at` (default now) is for
     loading history: calls of a run must then be recorded in time order (see `apps.costs.rollup`).
     What the engine's run store already knows it passes in, so a model call costs no extra reads: the
     price `override` (see `price_call`), `firsts` (else `rollup.first_calls` asks the table) and
-    `budgets=False` when no budget counts this call (no threshold to check).
+    `budgets=False` when no budget counts this call (no threshold to check), and the `price` it computed
+    already (with `price_call`).
     """
-    price = price_call(org_id=org_id, provider=provider, model=model, input_tokens=input_tokens,
+    price = price or price_call(org_id=org_id, provider=provider, model=model, input_tokens=input_tokens,
                        output_tokens=output_tokens, cached_tokens=cached_tokens, at=at, override=override)
     with transaction.atomic(savepoint=False):  # joins the engine's step transaction: no savepoint round trips
         if firsts is None:

@@ -263,5 +263,23 @@ def call_tool(server_id: UUID | str, tool_name: str, arguments: dict[str, Any] |
             org_id=org_id, server_id=server_id)
     if not server.enabled:
         raise ToolCallFailed(f"The server {server.name!r} is disabled.")
-    spec = spec_for(server)
+    spec = current_spec(server)
     return pool.call_tool(spec, tool_name, arguments or {}, float(timeout or spec.timeout_s))
+
+
+LIVE_SERVER_FIELDS = ("id", "org_id", "name", "trust_tier", "enabled", "updated_at")
+_specs: dict[str, tuple[Any, ServerSpec]] = {}  # server id -> (its updated_at, its spec)
+
+
+def current_spec(server: McpServer) -> ServerSpec:
+    """The server's connection spec, decrypted once per version of its row: every change to a server goes
+    through `services` and `save()`, which moves `updated_at`. `server` may be a row read with only
+    LIVE_SERVER_FIELDS (the engine's per-step read): its secrets are then read only when it changed."""
+    cached = _specs.get(str(server.id))
+    if cached is not None and cached[0] == server.updated_at:
+        return cached[1]
+    if server.get_deferred_fields():
+        server = selectors.server_by_id(server.id)
+    spec = spec_for(server)
+    _specs[str(server.id)] = (server.updated_at, spec)
+    return spec

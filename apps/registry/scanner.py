@@ -111,7 +111,9 @@ def scan_definition(definition: dict[str, Any], *, limit: int = DESCRIPTION_LIMI
 def scan_text(text: str, *, where: str, is_value: bool = False) -> list[Finding]:
     """Findings in one string. `is_value`: an enum/default/example, where any prose is suspect."""
     found: list[Finding] = []
-    hidden = HIDDEN_CHARS.findall(text) or [c for c in text if unicodedata.category(c) in ("Cf", "Co")]
+    # ASCII has no format or private-use characters: the per-character walk is for other text only.
+    hidden = HIDDEN_CHARS.findall(text) or ([] if text.isascii() else
+                                            [c for c in text if unicodedata.category(c) in ("Cf", "Co")])
     if hidden:
         names = sorted({f"U+{ord(c):04X}" for c in hidden})
         found.append(Finding("hidden_unicode", Severity.HIGH, where,

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
 from django.db import connections, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from apps.audit.redaction import redact
@@ -56,10 +59,41 @@ def _publish(run_id: UUID | str, seq: int, type: str, data: dict[str, Any], at: 
                          **({"carried": event} if carried else {}))
 
 
-# Several events of one transaction in one statement: the run row's lock and `n` sequence numbers
-# at once, the rows from arrays in their order (`WITH ORDINALITY`).
+@dataclass
+class Totals:
+    """What a transaction adds to its run's counters (a model call's tokens and cost, its tool calls),
+    written by the statement that appends the transaction's events: the run row is updated there anyway."""
+
+    tokens_in: int = 0
+    tokens_out: int = 0
+    tokens_cached: int = 0
+    tool_calls: int = 0
+    cost_usd: Decimal = Decimal(0)
+    cost_unknown_calls: int = 0  # a call with no known price makes the run's cost unknown (NULL) for good
+
+    def __bool__(self) -> bool:
+        return self != Totals()
+
+    def __add__(self, other: Totals) -> Totals:
+        return Totals(**{name: getattr(self, name) + getattr(other, name) for name in self.__dataclass_fields__})
+
+    def updates(self) -> dict[str, Any]:
+        """The same increments as ORM expressions (SQLite, or no event batch)."""
+        return {"tokens_in": F("tokens_in") + self.tokens_in, "tokens_out": F("tokens_out") + self.tokens_out,
+                "tokens_cached": F("tokens_cached") + self.tokens_cached,
+                "tool_calls": F("tool_calls") + self.tool_calls,
+                "cost_usd": None if self.cost_unknown_calls else F("cost_usd") + self.cost_usd,
+                "cost_unknown_calls": F("cost_unknown_calls") + self.cost_unknown_calls}
+
+
+# Several events of one transaction in one statement: the run row's lock, `n` sequence numbers and the
+# transaction's `Totals` at once, the rows from arrays in their order (`WITH ORDINALITY`).
 _APPEND_MANY_SQL = """
-WITH next AS (UPDATE runs_run SET last_seq = last_seq + %s WHERE id = %s RETURNING last_seq)
+WITH next AS (
+  UPDATE runs_run SET last_seq = last_seq + %s, tokens_in = tokens_in + %s, tokens_out = tokens_out + %s,
+    tokens_cached = tokens_cached + %s, tool_calls = tool_calls + %s, cost_unknown_calls = cost_unknown_calls + %s,
+    cost_usd = CASE WHEN %s > 0 THEN NULL ELSE cost_usd + %s END
+  WHERE id = %s RETURNING last_seq)
 INSERT INTO runs_runevent (run_id, seq, type, data, at)
 SELECT %s, next.last_seq - %s + e.ord, e.type, e.data::jsonb, %s
 FROM next, unnest(%s::text[], %s::text[]) WITH ORDINALITY AS e(type, data, ord)
@@ -67,21 +101,25 @@ RETURNING seq
 """
 
 
-def append_events(run_id: UUID | str, events: list[tuple[str, dict[str, Any]]]) -> None:
-    """`append_event` for a batch, in order: one statement on Postgres (the engine's store sends each
-    transaction's events this way, at its end)."""
-    if not events:
-        return
+def append_events(run_id: UUID | str, events: list[tuple[str, dict[str, Any]]], totals: Totals | None = None) -> None:
+    """`append_event` for a batch, in order, and the run's `totals`: one statement on Postgres (the engine's
+    store sends each transaction's events this way, at its end)."""
     connection = connections[RunEvent.objects.db]
-    if connection.vendor != "postgresql" or len(events) == 1:
+    if connection.vendor != "postgresql" or len(events) < 2:
+        if totals:
+            Run.objects.filter(id=run_id).update(**totals.updates())
         for type, data in events:
             append_event(run_id, type, **data)
         return
+    totals = totals or Totals()
     at, n = timezone.now(), len(events)
     types = [type for type, _ in events]
     payloads = [json.dumps(redact(data)) for _, data in events]
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        cursor.execute(_APPEND_MANY_SQL, [n, str(run_id), str(run_id), n, at, types, payloads])
+        cursor.execute(_APPEND_MANY_SQL, [
+            n, totals.tokens_in, totals.tokens_out, totals.tokens_cached, totals.tool_calls,
+            totals.cost_unknown_calls, totals.cost_unknown_calls, totals.cost_usd, str(run_id),
+            str(run_id), n, at, types, payloads])
         seqs = sorted(row[0] for row in cursor.fetchall())
     if not seqs:
         raise Run.DoesNotExist(f"No run {run_id}.")

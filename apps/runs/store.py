@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal
@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Subquery
+from django.db.models import Subquery
 from django.utils import timezone
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
 
@@ -30,15 +30,17 @@ from apps.audit import services as audit
 from apps.costs import selectors as costs_selectors
 from apps.costs import services as costs
 from apps.costs.models import ModelPrice, UsageRecord
-from apps.costs.pricing import find_override
+from apps.costs.pricing import find_override, price_call
 from apps.costs.rollup import FirstCalls
 from apps.notifications.services import notify
 from apps.registry.models import Tool
+from apps.registry.pool import LIVE_SERVER_FIELDS
 from apps.runs.engine.errors import LeaseLost
-from apps.runs.events import append_events, publish_status
+from apps.runs.events import Totals, append_events, publish_status
 from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolCall
 
 APPROVAL_TTL = timedelta(hours=24)
+LIVE_TOOL_FIELDS = ("id", "org_id", "qualified_name", "state", "risk", "definition_hash", "pinned_hash", "server")
 _APPEND_MESSAGES_SQL = "UPDATE runs_runstep SET messages = messages || %s::jsonb, updated_at = %s WHERE id = %s"
 
 
@@ -80,18 +82,26 @@ class RunStore:
         # Writes gathered into the store's next transaction (see `atomic`).
         self._depth = 0
         self._events: list[tuple[str, dict[str, Any]]] = []
-        self._deferred: list[tuple[ToolCall, str, dict[str, Any], str | None, dict | None]] = []
+        self._totals = Totals()  # what the transaction adds to the run's counters, written with its events
+        self._deferred: list[Callable[[], None]] = []
+        self._appends: dict[str, tuple[RunStep, list[dict[str, Any]] | None]] = {}  # turn -> messages to add
+        self._unsaved: set[Any] = set()  # ledger rows whose insert is deferred (record_model_call)
 
     # --- transactions ---------------------------------------------------------------------------
 
     @contextmanager
     def atomic(self) -> Iterator[None]:
         """A store transaction. Its events go out in one statement at its end (the run row's lock is
-        taken there, so a step's events cost one round trip, not one each), and writes `defer`red by
-        the step before (a tool call's completion) are written at its start: a completion then shares
-        the commit of the conversation it answers, or of the next call's `dispatched` (always before
-        that call leaves). A worker that dies in between leaves the row `dispatched`, read as `unknown`
-        on resume: the same as dying before the result was stored."""
+        taken there, so a step's events cost one round trip, not one each), and so do the messages its
+        turns gained. Writes `defer`red since the last one are written at its start, in order.
+
+        What is deferred, and why that is safe: a tool call's completion and the answer that carries its
+        result to the model, and a model call that asked for tools. They are written by the next store
+        transaction, which is the one that decides that model call's first tool call (and commits its
+        `dispatched` before the call leaves): a tool step costs one commit, not three. Nothing leaves the
+        worker in between (the tool call itself waits for that commit). A worker that dies in between
+        leaves the last tool call `dispatched`, read as `unknown` on resume: the same as dying before
+        its result was stored; a model call not yet recorded is made again."""
         outer, mark = self._depth == 0, len(self._events)
         # No savepoint when nested: nothing here catches an error to carry on, and a SAVEPOINT and its
         # RELEASE are two round trips each (bench/run.py counted ~8 per step before).
@@ -102,31 +112,37 @@ class RunStore:
                     self._flush_deferred()
                 yield
                 if outer:
+                    self._write_messages()
                     events, self._events = self._events, []
-                    append_events(self.run_id, events)
+                    totals, self._totals = self._totals, Totals()
+                    append_events(self.run_id, events, totals)
             except BaseException:
                 del self._events[mark:]
+                if outer:
+                    self._totals = Totals()
                 raise
             finally:
                 self._depth -= 1
 
     def flush(self) -> None:
         """Writes what is deferred now (the engine calls it before handing the run back)."""
-        if self._deferred:
+        if self._deferred or self._appends:
             with self.atomic():
                 pass
 
     def _flush_deferred(self) -> None:
         deferred, self._deferred = self._deferred, []
-        for row, expect, fields, event, event_data in deferred:
-            if not self._transition(row, expect=expect, event=event, event_data=event_data, **fields):
-                raise LeaseLost(self.run_id)  # another worker made the row `unknown`: the run is theirs
+        for write in deferred:
+            write()
 
     # --- the run row ----------------------------------------------------------------------------
 
     def refresh(self) -> Run:
         if not self._fresh:
-            self.run = Run.objects.get(id=self.run_id)
+            # The snapshot and inputs never change after the run starts: kept, not parsed again each step.
+            run = Run.objects.defer("snapshot", "inputs").get(id=self.run_id)
+            run.snapshot, run.inputs = self.run.snapshot, self.run.inputs
+            self.run = run
         self._fresh = False
         self._live.clear()
         return self.run
@@ -240,25 +256,32 @@ class RunStore:
         return list(cached[1])
 
     def _save_messages(self, turn: RunStep, messages: list[ModelMessage]) -> None:
-        """Writes the turn's history. When it only grew (the usual step) only the new messages are dumped,
-        and on Postgres only they travel: `messages || new` (the history is one jsonb column)."""
-        cached = self._history.get(str(turn.id))
+        """Sets the turn's history; the store's current (or next) transaction writes it at its end. When it
+        only grew (the usual step) only the new messages are dumped, and on Postgres only they travel:
+        `messages || new` (the history is one jsonb column)."""
+        key = str(turn.id)
+        cached = self._history.get(key)
         known = cached[1] if cached is not None and cached[0] is turn.messages else []
-        now = timezone.now()
+        _, pending = self._appends.get(key, (turn, []))
         if known and len(messages) >= len(known) and all(a is b for a, b in zip(known, messages, strict=False)):
             added = dump_messages(messages[len(known):])
-            dumped = [*turn.messages, *added]
-            if connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute(_APPEND_MESSAGES_SQL, [json.dumps(added), now, str(turn.id)])
-                turn.messages, turn.updated_at = dumped, now
-                self._history[str(turn.id)] = (dumped, list(messages))
-                return
+            turn.messages = [*turn.messages, *added]
+            pending = None if pending is None else [*pending, *added]
         else:
-            dumped = dump_messages(messages)
-        turn.messages = dumped
-        self._history[str(turn.id)] = (dumped, list(messages))
-        turn.save(update_fields=["messages", "updated_at"])
+            turn.messages, pending = dump_messages(messages), None  # rewritten: the whole history goes
+        self._history[key] = (turn.messages, list(messages))
+        self._appends[key] = (turn, pending)
+
+    def _write_messages(self) -> None:
+        appends, self._appends = self._appends, {}
+        now = timezone.now()
+        for key, (turn, added) in appends.items():
+            turn.updated_at = now
+            if added is not None and connection.vendor == "postgresql":
+                with connection.cursor() as cursor:
+                    cursor.execute(_APPEND_MESSAGES_SQL, [json.dumps(added), now, key])
+            else:
+                turn.save(update_fields=["messages", "updated_at"])
 
     def _next_position(self) -> int:
         """Called under the run row's lock, by the lease holder: the only writer of this run's steps."""
@@ -281,7 +304,13 @@ class RunStore:
             self.event("agent.started", step_id=str(turn.id), agent=agent["name"], agent_id=agent["id"], task=task)
         return turn
 
-    def save_messages(self, turn: RunStep, messages: list[ModelMessage], **state: Any) -> None:
+    def save_messages(self, turn: RunStep, messages: list[ModelMessage], *, defer: bool = False,
+                      **state: Any) -> None:
+        """`defer`: written with the store's next transaction (see `atomic`); the engine's answer to a
+        model call's tool calls, which the next model call's record follows anyway."""
+        if defer and not state:
+            self._save_messages(turn, messages)
+            return
         with self.atomic():
             self._save_messages(turn, messages)
             if state:
@@ -298,45 +327,54 @@ class RunStore:
 
     def record_model_call(self, *, turn: RunStep, messages: list[ModelMessage], response: ModelResponse,
                           provider: str, model: str, latency_ms: int, calls: list[dict[str, Any]]) -> RunStep:
-        """One transaction: the llm step, the usage row, run totals, the new history, the proposed ledger rows."""
+        """The llm step, the usage row, run totals, the new history, the proposed ledger rows: one transaction.
+        When the model asked for tools it is deferred to the store's next one, the one that decides the first
+        call (see `atomic`): the rows exist in memory now, with their ids."""
         usage = response.usage
         tokens_in, tokens_out, cached = usage.input_tokens or 0, usage.output_tokens or 0, usage.cache_read_tokens or 0
         text = response.text or ""
         calls_before = self.model_calls(turn)
-        unknown_before = self.run.cost_usd is None
-        with self.atomic():
-            record = costs.record_usage(org_id=self.run.org_id, run_id=self.run_id, crew_id=self.run.crew_id,
-                                        agent_id=turn.agent_id, provider=provider, model=model,
-                                        input_tokens=tokens_in, output_tokens=tokens_out, cached_tokens=cached,
-                                        latency_ms=latency_ms, override=self._price_override(provider, model),
-                                        firsts=self._first_calls(turn.agent_id, provider, model),
-                                        budgets=self.has_budgets(str(turn.agent_id)))
-            now = timezone.now()
-            step = RunStep.objects.create(
-                org_id=self.run.org_id, run_id=self.run_id, parent=turn, position=self._next_position(),
-                kind=StepKind.LLM, agent_id=turn.agent_id, agent_name=turn.agent_name, task=turn.task,
-                provider=provider, model=model, input_tokens=tokens_in, output_tokens=tokens_out,
-                cached_tokens=cached, cost_usd=record.cost_usd, price_source=record.price_source,
-                latency_ms=latency_ms, output=text[:4000], started_at=now - timedelta(milliseconds=latency_ms),
-                finished_at=now)
-            self._save_messages(turn, messages)
-            unknown = record.cost_usd is None
-            Run.objects.filter(id=self.run_id).update(
-                tokens_in=F("tokens_in") + tokens_in, tokens_out=F("tokens_out") + tokens_out,
-                tokens_cached=F("tokens_cached") + cached, tool_calls=F("tool_calls") + len(calls),
-                cost_usd=None if unknown or unknown_before else F("cost_usd") + record.cost_usd,
-                cost_unknown_calls=F("cost_unknown_calls") + (1 if unknown else 0))
+        org_id, agent_id = self.run.org_id, turn.agent_id
+        override, budgets = self._price_override(provider, model), self.has_budgets(str(agent_id))
+        price = price_call(org_id=org_id, provider=provider, model=model, input_tokens=tokens_in,
+                           output_tokens=tokens_out, cached_tokens=cached, override=override)
+        firsts = self._first_calls(agent_id, provider, model)
+        now = timezone.now()
+        step = RunStep(org_id=org_id, run_id=self.run_id, parent=turn, position=self._next_position(),
+                       kind=StepKind.LLM, agent_id=agent_id, agent_name=turn.agent_name, task=turn.task,
+                       provider=provider, model=model, input_tokens=tokens_in, output_tokens=tokens_out,
+                       cached_tokens=cached, cost_usd=price.cost_usd, price_source=price.source, latency_ms=latency_ms,
+                       output=text[:4000], started_at=now - timedelta(milliseconds=latency_ms), finished_at=now)
+        rows = [ToolCall(org_id=org_id, run_id=self.run_id, step=step, position=position, **call)
+                for position, call in enumerate(calls)]
+        unknown = price.cost_usd is None
+        totals = Totals(tokens_in=tokens_in, tokens_out=tokens_out, tokens_cached=cached, tool_calls=len(calls),
+                        cost_usd=price.cost_usd or Decimal(0), cost_unknown_calls=1 if unknown else 0)
+
+        def write() -> None:
+            costs.record_usage(org_id=org_id, run_id=self.run_id, crew_id=self.run.crew_id, agent_id=agent_id,
+                               provider=provider, model=model, input_tokens=tokens_in, output_tokens=tokens_out,
+                               cached_tokens=cached, latency_ms=latency_ms, override=override, firsts=firsts,
+                               budgets=budgets, price=price)
+            step.save(force_insert=True)
+            self._totals += totals
             self.event("llm.completed", step_id=str(step.id), turn_id=str(turn.id), agent=turn.agent_name,
                        model=model, provider=provider, tokens_in=tokens_in, tokens_out=tokens_out,
-                       cached_tokens=cached, cost_usd=None if unknown else str(record.cost_usd),
+                       cached_tokens=cached, cost_usd=None if unknown else str(price.cost_usd),
                        latency_ms=latency_ms, tool_calls=len(calls))
-            rows = []
-            for position, call in enumerate(calls):
-                row = ToolCall.objects.create(org_id=self.run.org_id, run_id=self.run_id, step=step,
-                                              position=position, **call)
-                rows.append(row)
+            ToolCall.objects.bulk_create(rows)  # as they are now: a row dispatched meanwhile goes in dispatched
+            self._unsaved.difference_update(row.id for row in rows)
+            for row in rows:
                 self.event("tool.requested", tool_call_id=str(row.id), step_id=str(step.id), tool=row.qualified_name,
                            args_hash=row.args_hash)
+
+        self._save_messages(turn, messages)
+        if rows:
+            self._deferred.append(write)
+            self._unsaved.update(row.id for row in rows)
+        else:
+            with self.atomic():
+                write()
         self._calls[str(turn.id)] = calls_before + 1
         self._last_call[str(turn.id)], self._rows[str(step.id)] = step, rows
         return step  # self.run's counters are re-read by the next step's refresh
@@ -390,6 +428,12 @@ class RunStore:
         updated = ToolCall.objects.filter(id=row.id, state=expect).update(**fields, updated_at=timezone.now())
         if not updated:
             return False
+        self._applied(row, expect=expect, event=event, event_data=event_data, fields=fields)
+        return True
+
+    def _applied(self, row: ToolCall, *, expect: str, event: str | None, event_data: dict | None,
+                 fields: dict[str, Any]) -> None:
+        """What follows a ledger transition written: counts, the row in memory, its event, its audit."""
         if expect == CallState.PROPOSED and self._decided is not None:
             self._decided[(row.qualified_name, row.args_hash)] += 1
         for key, value in fields.items():
@@ -401,7 +445,6 @@ class RunStore:
                          target_label=row.qualified_name,
                          data={"run_id": self.run_id, "crew": self.run.crew_name, "rule": row.rule,
                                "reason": row.reason[:500], "args_hash": row.args_hash})
-        return True
 
     def decide_call(self, row: ToolCall, *, state: str, decision: str, rule: str, reason: str,
                     error_class: str = "") -> None:
@@ -468,7 +511,13 @@ class RunStore:
         if not defer:
             return self.set_call(row, expect=CallState.DISPATCHED, event="tool.completed", event_data=event_data,
                                  **fields)
-        self._deferred.append((row, CallState.DISPATCHED, fields, "tool.completed", event_data))
+
+        def write() -> None:
+            if not self._transition(row, expect=CallState.DISPATCHED, event="tool.completed",
+                                    event_data=event_data, **fields):
+                raise LeaseLost(self.run_id)  # another worker made the row `unknown`: the run is theirs
+
+        self._deferred.append(write)
         for key, value in fields.items():
             setattr(row, key, value)
         return True
@@ -478,10 +527,20 @@ class RunStore:
         """`expect -> dispatched`, committed before the request leaves. `fields`/`event`: the decision that
         lets the row out of `proposed` or `held` (the policy's allow, a person's approval), in the same
         commit: nobody waits on an `approved` row in between. False when the row was not in `expect`."""
+        changes = {**(fields or {}), "state": CallState.DISPATCHED, "dispatched_at": timezone.now(),
+                   "attempts": row.attempts + 1}
+        # The usual step: the model call that asked for it is still unwritten, so the row is inserted by the
+        # transaction below (its deferred writes come first) already `dispatched`: no UPDATE.
+        inserting = row.id in self._unsaved
+        if inserting:
+            if row.state != expect:
+                return False
+            for key, value in changes.items():
+                setattr(row, key, value)
         with self.atomic():
-            if not self._transition(row, expect=expect, event=event, event_data=event_data, **(fields or {}),
-                                    state=CallState.DISPATCHED, dispatched_at=timezone.now(),
-                                    attempts=row.attempts + 1):
+            if inserting:
+                self._applied(row, expect=expect, event=event, event_data=event_data, fields=changes)
+            elif not self._transition(row, expect=expect, event=event, event_data=event_data, **changes):
                 return False
             self.event("tool.dispatched", tool_call_id=str(row.id), tool=row.qualified_name)
         return True
@@ -490,8 +549,11 @@ class RunStore:
         """The registry's row now (with its server), read once per step: the policy at proposal and the
         re-check at dispatch a moment later see the same state."""
         if qualified_name not in self._live:
-            self._live[qualified_name] = (Tool.objects.filter(org_id=self.run.org_id, qualified_name=qualified_name)
-                                          .select_related("server").first())
+            # Only what the policy and the call need: the rows' schemas, definitions and encrypted secrets
+            # cost more to load than the query (the pool decrypts a server's secrets once per change).
+            self._live[qualified_name] = (
+                Tool.objects.filter(org_id=self.run.org_id, qualified_name=qualified_name).select_related("server")
+                .only(*LIVE_TOOL_FIELDS, *(f"server__{f}" for f in LIVE_SERVER_FIELDS)).first())
         return self._live[qualified_name]
 
     def _price_override(self, provider: str, model: str) -> ModelPrice | None:

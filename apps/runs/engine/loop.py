@@ -82,7 +82,7 @@ def _answer_tool_calls(store: Any, turn: Any, agent: dict[str, Any], messages: l
         reason = f"{held} tool call(s) wait for a person's decision." if held else \
             "A tool call's outcome is unknown: a person must resolve it."
         return "waiting" if store.wait(reason) else "continue"
-    store.save_messages(turn, [*messages, answers(rows)])
+    store.save_messages(turn, [*messages, answers(rows)], defer=True)  # written with the next model call
     return "continue"
 
 

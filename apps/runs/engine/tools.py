@@ -112,18 +112,37 @@ def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> Decide
                                                      "rule": decision.rule, "reason": reason})
 
 
+VALIDATORS_KEPT = 256
+_validators: dict[str, Any] = {}  # definition hash -> a checked validator for the tool's input schema
+
+
 def schema_problem(tool: dict[str, Any] | None, arguments: dict[str, Any]) -> str:
     schema = (tool or {}).get("input_schema")
     if not schema:
         return ""
-    try:
-        jsonschema.validate(arguments, schema)
-    except jsonschema.ValidationError as exc:
-        where = ".".join(str(p) for p in exc.absolute_path)
-        return f"{where + ': ' if where else ''}{exc.message}"
-    except jsonschema.SchemaError:
+    validator = _validator(tool.get("definition_hash") or json.dumps(schema, sort_keys=True), schema)
+    if validator is None:  # a schema that is not one: nothing to check against (the registry flags it)
         return ""
-    return ""
+    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
+    if error is None:
+        return ""
+    where = ".".join(str(p) for p in error.absolute_path)
+    return f"{where + ': ' if where else ''}{error.message}"
+
+
+def _validator(key: str, schema: dict[str, Any]) -> Any:
+    """Checking a schema against its metaschema costs more than validating arguments with it: once per
+    definition (the hash covers the schema) and process, as `jsonschema.validate` would do every call."""
+    if key not in _validators:
+        if len(_validators) >= VALIDATORS_KEPT:
+            _validators.pop(next(iter(_validators)))
+        cls = jsonschema.validators.validator_for(schema)
+        try:
+            cls.check_schema(schema)
+            _validators[key] = cls(schema)
+        except jsonschema.SchemaError:
+            _validators[key] = None
+    return _validators[key]
 
 
 def follow_approval(store: Any, *, row: Any, write_approval: bool = True) -> Decided | None:
