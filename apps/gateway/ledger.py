@@ -7,20 +7,26 @@ call is a `ToolCall` row on that step, so run history, the trace and the inbox s
 calls exactly like the engine's.
 
 Hot path: an allowed read is forwarded first and its ledger row, run event and audit row are
-queued to `LedgerWriter`, which commits them in batches (one transaction every
-`FLUSH_INTERVAL_S` or `FLUSH_MAX` calls). A write or dangerous call commits its `dispatched`
-row synchronously before it is sent (the ledger's rule), and only its completion is batched.
+queued to `LedgerWriter`, which has them committed in batches (one transaction every
+`FLUSH_INTERVAL_S` or `FLUSH_MAX` calls) by a writer process of its own (`ledger_process`), so
+the batch's ORM work never competes with the requests for this process's GIL. A write or
+dangerous call commits its `dispatched` row synchronously before it is sent (the ledger's rule),
+and only its completion is batched.
 Held calls are written synchronously: they create an approval request in the inbox.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import queue
+import os
+import pickle
+import subprocess
+import sys
 import threading
 import time
 import uuid
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
@@ -95,6 +101,7 @@ class CallRecord:
     taint: str = ""  # a reason to mark the run tainted
     event: str = "tool.completed"
     event_data: dict[str, Any] = field(default_factory=dict)
+    id: str = field(default_factory=lambda: str(uuid.uuid4()))  # the new ToolCall row's id
 
 
 # --- sessions ------------------------------------------------------------------------------------
@@ -206,84 +213,200 @@ def recover_in_flight() -> int:
 
 
 class LedgerWriter:
-    """Commits call records in batches on its own thread, off the request path."""
+    """Hands call records to the writer process (`ledger_process`), which commits them in batches.
 
-    def __init__(self) -> None:
-        self._queue: queue.Queue[CallRecord | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
+    `put` only appends to a deque (no lock, no thread wake-up but the first of a batch). A shipper
+    thread sleeps `FLUSH_INTERVAL_S` after a batch's first record, sends the batch down a pipe and
+    waits for the writer's acknowledgement, while the next batch collects. The SQL, the ORM and
+    the audit chain run in the writer process, so a commit never takes the GIL from the requests.
+
+    Nothing is lost on a graceful stop: `stop` sends what is left, waits for every
+    acknowledgement, then closes the writer's input (it exits at end of input). A writer that dies
+    is restarted and gets the unacknowledged batch again, marked as a resend (records already
+    committed are skipped: their ids are chosen here). If no writer process can be started, the
+    shipper commits the batch itself (the old in-process path).
+    """
+
+    def __init__(self, *, use_process: bool = True) -> None:
+        self._records: deque[CallRecord] = deque()
+        self._wake = threading.Event()
         self._idle = threading.Event()
         self._idle.set()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._use_process = use_process
+        self._child: subprocess.Popen | None = None
+        self._failures = 0  # writer processes in a row that died or would not start
+        self._batches = 0
 
     def start(self) -> None:
         if self._thread is None or not self._thread.is_alive():
+            self._stopping = False
             self._thread = threading.Thread(target=self._run, name="gateway-ledger", daemon=True)
             self._thread.start()
 
     def put(self, record: CallRecord) -> None:
-        self._idle.clear()
-        self._queue.put(record)
+        self._records.append(record)
+        if self._idle.is_set():
+            self._idle.clear()
+        if not self._wake.is_set():
+            self._wake.set()
 
-    def stop(self, timeout: float = 10) -> None:
+    def stop(self, timeout: float = 30) -> None:
+        """Commits everything queued so far (through the writer), then stops the writer."""
+        self._stopping = True
+        self._wake.set()
         if self._thread is not None and self._thread.is_alive():
-            self._queue.put(None)
             self._thread.join(timeout)
+        if self._records:  # the shipper could not finish in time: commit here rather than lose them
+            self._flush_with_retry(self._drain(len(self._records)))
+        self._close_child(timeout=5)
 
     @property
     def idle(self) -> bool:
         """Everything queued so far is committed (or given up)."""
-        return self._idle.is_set() and self._queue.empty()
+        return self._idle.is_set() and not self._records
 
     def wait_idle(self, timeout: float = 10) -> bool:
-        return self._idle.wait(timeout)
+        deadline = time.monotonic() + timeout
+        while not self.idle:
+            if time.monotonic() >= deadline:
+                return False
+            self._idle.wait(0.05)
+        return True
+
+    # --- the shipper thread ----------------------------------------------------------------------
+
+    def _drain(self, limit: int) -> list[CallRecord]:
+        batch = []
+        while self._records and len(batch) < limit:
+            batch.append(self._records.popleft())
+        return batch
 
     def _run(self) -> None:
-        stopping = False
-        while not stopping:
-            batch: list[CallRecord] = []
-            try:
-                item = self._queue.get(timeout=1)
-            except queue.Empty:
-                self._idle.set()
-                close_old_connections()
+        if self._use_process:
+            self._spawn()  # Django's start-up in the writer overlaps with the first batch's collection
+        while True:
+            if not self._wake.wait(timeout=5):
+                if self._child is None:
+                    close_old_connections()  # the in-process fallback's connection
                 continue
-            if item is None:
-                stopping = True
-            else:
-                batch.append(item)
-            # Collect for a fixed time after the first record, asleep (a waiting get() would wake
-            # this thread, and take the GIL from the request path, on every record), then drain.
-            # Not "until a short lull": at tens of calls per second that closed batches of two,
-            # and a commit's fixed cost (the run's row lock and counters, the audit chain's head,
-            # session and key) is most of a flush. A backlog is drained without sleeping.
-            if not stopping and self._queue.qsize() < FLUSH_MAX:
+            # Collect for a fixed time after the first record, asleep (not "until a short lull":
+            # at tens of calls per second that closed batches of two, and a commit's fixed cost is
+            # most of a flush). A backlog or a stop is sent without sleeping.
+            if not self._stopping and len(self._records) < FLUSH_MAX:
                 time.sleep(FLUSH_INTERVAL_S)
-            while len(batch) < FLUSH_MAX and not stopping:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    stopping = True
-                else:
-                    batch.append(item)
-            if batch:
-                self._flush_with_retry(batch)
-            if self._queue.empty():
+            self._wake.clear()
+            while self._records:
+                self._ship(self._drain(FLUSH_MAX))
+            if not self._records:
                 self._idle.set()
-
-    def _flush_with_retry(self, batch: list[CallRecord]) -> None:
-        for attempt in range(3):
-            try:
-                flush(batch)
+            if self._stopping and not self._records:
                 return
-            except Exception:
-                logger.exception("gateway ledger flush failed (attempt %s, %s calls)", attempt + 1, len(batch))
-                close_old_connections()
-        logger.error("gateway ledger: dropped %s call records after 3 failed flushes", len(batch))
+
+    def _ship(self, batch: list[CallRecord]) -> None:
+        from apps.gateway.ledger_process import ACK, HEADER
+
+        self._batches += 1
+        body = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
+        resend = False
+        while self._use_process and self._failures < 3:
+            child = self._child if self._child is not None and self._child.poll() is None else self._spawn()
+            if child is None:
+                break
+            try:
+                child.stdin.write(HEADER.pack(self._batches, resend, len(body)))
+                child.stdin.write(body)
+                child.stdin.flush()
+                ack = child.stdout.read(ACK.size)
+            except (BrokenPipeError, OSError, ValueError):
+                ack = b""
+            if len(ack) == ACK.size and ACK.unpack(ack)[0] == self._batches:
+                self._failures = 0
+                return
+            logger.error("gateway ledger: the writer process stopped (exit %s); restarting it and sending "
+                         "its last batch again", child.poll())
+            self._kill_child()
+            self._failures += 1
+            resend = True
+        self._flush_with_retry(batch, resend=resend)
+
+    def _spawn(self) -> subprocess.Popen | None:
+        self._kill_child()
+        try:
+            self._child = subprocess.Popen([sys.executable, "-m", "apps.gateway.ledger_process"],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=_project_root())
+        except OSError:
+            logger.exception("gateway ledger: cannot start the writer process; committing in this process")
+            self._failures += 1
+            self._child = None
+        return self._child
+
+    def _close_child(self, timeout: float) -> None:
+        child, self._child = self._child, None
+        if child is None:
+            return
+        with contextlib.suppress(OSError, ValueError):
+            child.stdin.close()  # end of input: the writer exits
+        try:
+            child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+    def _kill_child(self) -> None:
+        child, self._child = self._child, None
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait()
+
+    def _flush_with_retry(self, batch: list[CallRecord], *, resend: bool = False) -> None:
+        write_batch(batch, resend=resend)
+
+
+def _project_root() -> str:
+    import apps
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(apps.__file__)))
+
+
+def write_batch(batch: list[CallRecord], *, resend: bool = False) -> None:
+    """Commits one batch (three tries, then it is logged and given up). `resend`: the batch may have
+    been committed already by a writer that died before acknowledging it; skip what is stored."""
+    for attempt in range(3):
+        try:
+            if resend:
+                batch = unwritten(batch)
+            flush(batch)
+            return
+        except Exception:
+            logger.exception("gateway ledger flush failed (attempt %s, %s calls)", attempt + 1, len(batch))
+            close_old_connections()
+            time.sleep(0.2 * (attempt + 1))
+    logger.error("gateway ledger: dropped %s call records after 3 failed flushes", len(batch))
+
+
+def unwritten(batch: list[CallRecord]) -> list[CallRecord]:
+    """The records of a batch that are not stored yet."""
+    new = [r.id for r in batch if not r.row_id]
+    done = {str(pk) for pk in ToolCall.objects.filter(id__in=new).values_list("id", flat=True)} if new else set()
+    updated = [r.row_id for r in batch if r.row_id]
+    if updated:
+        done |= {str(pk) for pk in ToolCall.objects.filter(id__in=updated).exclude(state=CallState.DISPATCHED)
+                 .values_list("id", flat=True)}
+    return [r for r in batch if str(r.row_id or r.id) not in done]
+
+
+def close_connections() -> None:
+    from django.db import connections
+
+    connections.close_all()
 
 
 def flush(batch: list[CallRecord]) -> None:
     """One transaction: ledger rows, run events and counters, audit rows, session and key last use."""
+    if not batch:
+        return
     now = timezone.now()
     with transaction.atomic():
         rows: list[tuple[CallRecord, ToolCall]] = []
@@ -294,7 +417,7 @@ def flush(batch: list[CallRecord]) -> None:
                     **{k: v for k, v in record.fields.items() if k in UPDATABLE}, updated_at=now)
                 rows.append((record, ToolCall(id=record.row_id, qualified_name=record.fields.get("qualified_name"))))
             else:
-                row = ToolCall(id=uuid.uuid4(), org_id=record.org_id, run_id=record.run_id, **record.fields)
+                row = ToolCall(id=record.id, org_id=record.org_id, run_id=record.run_id, **record.fields)
                 new.append(row)
                 rows.append((record, row))
         ToolCall.objects.bulk_create(new)

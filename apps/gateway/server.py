@@ -722,16 +722,22 @@ def build_app() -> Starlette:
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        async with manager.run(), json_manager.run(), anyio.create_task_group() as tasks:
-            await gateway.start()
-            tasks.start_soon(gateway.maintain)
-            tasks.start_soon(gateway.listen_for_changes)
-            tasks.start_soon(gateway.refresh_changed)
+        async with manager.run(), json_manager.run():
             try:
-                yield
+                async with anyio.create_task_group() as tasks:
+                    await gateway.start()
+                    tasks.start_soon(gateway.maintain)
+                    tasks.start_soon(gateway.listen_for_changes)
+                    tasks.start_soon(gateway.refresh_changed)
+                    try:
+                        yield
+                    finally:
+                        tasks.cancel_scope.cancel()
             finally:
-                tasks.cancel_scope.cancel()
-                await gateway.stop()
+                # Shielded: in the cancelled task group the stop returned at its first await, and the
+                # ledger records still queued were lost with the process.
+                with anyio.CancelScope(shield=True):
+                    await gateway.stop()
 
     app = Starlette(routes=[Route("/mcp", endpoint=endpoint), Route("/healthz", healthz)], lifespan=lifespan)
     app.state.gateway = gateway
