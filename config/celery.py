@@ -15,6 +15,7 @@ import uuid
 from celery import Celery
 from celery.contrib.django.task import DjangoTask
 from celery.schedules import crontab  # noqa: F401  (used by later beat entries)
+from celery.signals import task_postrun, task_prerun
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # Celery's Django fixup runs Django's system checks when a worker starts; the URL check imports the
@@ -64,4 +65,23 @@ app.conf.update(
                                            "schedule": 30.0},
     },
 )
+# Celery's Django fixup closes every database connection after each task, so each task opened a new
+# Postgres connection (TCP, startup, session setup: a new backend per task) before its first query,
+# e.g. between an approval and its call's dispatch. The fixup's own closing is turned off (it closes
+# only every 2 x CELERY_DB_REUSE_MAX tasks) and each task boundary follows Django's request rule
+# instead: `close_old_connections()` drops a connection past CONN_MAX_AGE, one left in a transaction,
+# or one that failed and no longer answers; CONN_HEALTH_CHECKS tests a kept one before its next use.
+app.conf.update(CELERY_DB_REUSE_MAX=2**31)
+
+
+@task_prerun.connect
+@task_postrun.connect
+def close_old_connections(task=None, **_: object) -> None:
+    if task is not None and getattr(task.request, "is_eager", False):
+        return  # runs inside the caller's connection and transaction (tests, eager mode)
+    from django.db import close_old_connections as close
+
+    close()
+
+
 app.autodiscover_tasks()
