@@ -22,7 +22,7 @@ from apps.crews import services as crew_services
 from apps.registry import services as registry_services
 from apps.registry.models import Tool
 from apps.runs import services, tasks
-from apps.runs.models import RunEvent, ToolCall
+from apps.runs.models import Run, RunEvent, ToolCall
 from tests.factories import add_member, token_for
 from tests.runs.conftest import LOOK_UP, REFUND
 
@@ -206,6 +206,40 @@ def test_two_of_two_votes_are_counted_chained_in_the_audit_and_the_run_resumes_o
     assert [seq for seq, _ in events] == list(range(1, len(events) + 1))  # gapless, the claim's event included
     assert [t for _, t in events].count("run.resumed") == 1
     assert "waiting_since" not in run.state and run.state["waited_s"] > 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_keeps_its_connection_between_tasks_and_replaces_one_the_database_dropped(desk, org,
+                                                                                         process_logs):
+    """config/celery.py: Django's connection rules at task boundaries instead of a new connection per
+    task; one the database dropped while the worker was idle is replaced before the resume's first query."""
+    from tests.processes import celery_worker
+
+    def others():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                           "WHERE datname = current_database() AND pid <> pg_backend_pid()")
+            return cursor.fetchone()[0]
+
+    def wait(**filters):
+        deadline = time.monotonic() + 60
+        while not Run.objects.filter(**filters).exists():
+            assert time.monotonic() < deadline, f"no run with {filters}"
+            time.sleep(0.1)
+
+    crew = desk.refund_desk()
+    with celery_worker(process_logs, concurrency=1, DJANGO_SETTINGS_MODULE="tests.approvals.persistent_settings"):
+        run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001)
+        wait(id=run.id, status="waiting")
+        time.sleep(0.5)  # the task has ended
+        assert others() >= 1  # the worker's connection outlived its task (and is dropped now)
+        request = ApprovalRequest.objects.get(run_id=run.id, status="pending")
+        services.decide_approval(actor=member_actor(add_member(org, "approver")), approval_id=request.id,
+                                 decision="approve")
+        wait(id=run.id, status__in=["succeeded", "failed"])
+    run.refresh_from_db()
+    assert run.status == "succeeded", run.error
+    assert list(desk.refunds()) == ["refund-A-1001"]
 
 
 def two_refunds(desk, name="Twice"):
