@@ -40,7 +40,7 @@ from apps.runs.engine.loop import advance
 from apps.runs.events import _publish as publish_event
 from apps.runs.events import append_event, publish_status
 from apps.runs.models import CallState, Run, RunStatus, ToolCall
-from apps.runs.store import RunStore, lease_seconds
+from apps.runs.store import RunStore, lease_seconds, lock_pending_requests
 
 logger = logging.getLogger(__name__)
 
@@ -188,6 +188,7 @@ def cancel_run(*, actor: Actor, run_id: UUID | str) -> Run:
     if run.is_finished:
         raise Conflict(f"This run already ended ({run.status}).")
     with transaction.atomic():
+        lock_pending_requests(run.id)  # requests before the run, as deciding one does
         locked = Run.objects.select_for_update().get(id=run.id)
         Run.objects.filter(id=run.id).update(cancel_requested=True)
         append_event(run.id, "run.cancel_requested", by=actor.label)

@@ -56,6 +56,13 @@ def load_messages(data: list[dict[str, Any]] | None) -> list[ModelMessage]:
     return ModelMessagesTypeAdapter.validate_python(data or [])
 
 
+def lock_pending_requests(run_id: Any) -> list[ApprovalRequest]:
+    """Locks the run's pending approval requests. Whoever locks both a run's requests and the run itself
+    locks the requests first (as deciding does), so a decision and a cancel cannot deadlock."""
+    return list(ApprovalRequest.objects.select_for_update().filter(run_id=run_id, status=ApprovalStatus.PENDING)
+                .order_by("id"))
+
+
 class RunStore:
     def __init__(self, run_id: str, lease_owner: str, *, run: Run | None = None) -> None:
         """`run`: the row as the caller read it just now (the claim), so the first step need not read it."""
@@ -191,6 +198,7 @@ class RunStore:
     def finish(self, status: str, *, output: str = "", error: str = "", error_class: str = "") -> None:
         """Ends the run; pending approvals of this run expire (nothing will execute them)."""
         with self.atomic():
+            pending = lock_pending_requests(self.run_id)  # before the run: the order decide_approval locks in
             run = Run.objects.select_for_update().get(id=self.run_id)
             if run.is_finished:
                 return
@@ -200,8 +208,7 @@ class RunStore:
             run.finished_at, run.lease_owner, run.lease_expires_at = timezone.now(), "", None
             run.save(update_fields=["status", "output", "error", "error_class", "finished_at", "lease_owner",
                                     "lease_expires_at", "updated_at"])
-            for request in ApprovalRequest.objects.select_for_update().filter(run_id=run.id,
-                                                                              status=ApprovalStatus.PENDING):
+            for request in pending:
                 approvals.expire_request(request=request)
             self.event("run.finished", status=status, error=error[:500], error_class=error_class)
             publish_status(run)

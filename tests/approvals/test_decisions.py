@@ -8,7 +8,7 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -75,6 +75,48 @@ def test_two_approvers_at_once_one_wins_the_other_gets_409_and_the_refund_happen
     assert run.status == "succeeded", run.error
     assert list(desk.refunds()) == ["refund-A-1001"]
     assert ToolCall.objects.filter(run=run, qualified_name="orders.refund_order", state="succeeded").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_cancel_while_a_decision_holds_the_request_waits_for_it_instead_of_deadlocking(desk, org):
+    """Deciding locks the request, then the run. A cancel of the waiting run locks the run's requests before
+    the run too; had it taken the run first, the two would wait on each other and Postgres would abort one
+    with a deadlock error. The decision is played step by step: request locked, then (while the cancel is
+    under way) the run."""
+    run, request = held_run(desk, desk.refund_desk())
+    request_locked, errors = threading.Event(), []
+
+    def deciding():
+        try:
+            with transaction.atomic():
+                ApprovalRequest.objects.select_for_update().get(id=request.id)
+                request_locked.set()
+                time.sleep(0.5)  # the cancel starts meanwhile
+                Run.objects.select_for_update().get(id=run.id)
+        except Exception as exc:  # a deadlock error is what must not happen
+            errors.append(repr(exc))
+        finally:
+            connection.close()
+
+    def cancelling():
+        try:
+            request_locked.wait(10)
+            services.cancel_run(actor=desk.actor, run_id=run.id)
+        except Exception as exc:
+            errors.append(repr(exc))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=deciding), threading.Thread(target=cancelling)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    run.refresh_from_db()
+    request.refresh_from_db()
+    assert (run.status, request.status) == ("cancelled", "expired")
+    assert list(desk.refunds()) == []
 
 
 @pytest.mark.django_db
