@@ -17,11 +17,19 @@ SECRET_VALUE_PATTERN = re.compile(
 )
 
 
+_names: tuple[Any, frozenset[str]] = ((), frozenset())  # (the setting's value, its names)
+
+
 def sensitive_names() -> frozenset[str]:
-    """Argument names an organisation's deployment adds (setting AIRLOCK_SENSITIVE_ARGUMENTS), matched whole."""
+    """Argument names an organisation's deployment adds (setting AIRLOCK_SENSITIVE_ARGUMENTS), matched whole.
+    Asked for every key of every event and audit row: built again only when the setting is another object."""
+    global _names
     from django.conf import settings
 
-    return frozenset(n.strip().lower() for n in getattr(settings, "AIRLOCK_SENSITIVE_ARGUMENTS", ()) if n.strip())
+    configured = getattr(settings, "AIRLOCK_SENSITIVE_ARGUMENTS", ())
+    if configured is not _names[0]:
+        _names = (configured, frozenset(n.strip().lower() for n in configured if n.strip()))
+    return _names[1]
 
 
 # Token *counts* (input_tokens, tokens_out, token_budget ...) are numbers, not credentials.

@@ -114,7 +114,8 @@ def append_events(run_id: UUID | str, events: list[tuple[str, dict[str, Any]]], 
     totals = totals or Totals()
     at, n = timezone.now(), len(events)
     types = [type for type, _ in events]
-    payloads = [json.dumps(redact(data)) for _, data in events]
+    redacted = [redact(data) for _, data in events]
+    payloads = [json.dumps(data) for data in redacted]
     with transaction.atomic(savepoint=False), connection.cursor() as cursor:
         cursor.execute(_APPEND_MANY_SQL, [
             n, totals.tokens_in, totals.tokens_out, totals.tokens_cached, totals.tool_calls,
@@ -123,8 +124,8 @@ def append_events(run_id: UUID | str, events: list[tuple[str, dict[str, Any]]], 
         seqs = sorted(row[0] for row in cursor.fetchall())
     if not seqs:
         raise Run.DoesNotExist(f"No run {run_id}.")
-    for seq, (type, data), encoded in zip(seqs, events, payloads, strict=True):
-        _publish(run_id, seq, type, redact(data), at, encoded)
+    for seq, type, data, encoded in zip(seqs, types, redacted, payloads, strict=True):
+        _publish(run_id, seq, type, data, at, encoded)
 
 
 def publish_status(run: Run) -> None:
