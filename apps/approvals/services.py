@@ -59,7 +59,7 @@ def publish_inbox_count(*, org_id: UUID | str) -> None:
 
 
 def _publish_count(org_id: UUID | str) -> None:
-    publish(org_group(org_id), "inbox.count", count=selectors.pending_count(org_id=org_id))
+    publish(org_group(org_id), "inbox.count", count=selectors.inbox_count(org_id=org_id))
 
 
 def already_decided(request: ApprovalRequest) -> str:

@@ -62,6 +62,11 @@ def org_tool_calls(*, org_id: UUID | str, state: str | None = None) -> QuerySet[
     return rows.order_by("-created_at", "-id")
 
 
+def unknown_call_count(org_id: UUID | str) -> int:
+    """Tool calls waiting for a person to say whether they happened (counted in the inbox badge)."""
+    return ToolCall.objects.filter(org_id=org_id, state=CallState.UNKNOWN).count()
+
+
 def unknown_calls(*, org_id: UUID | str, crew_id: UUID | str | None = None, agent_id: UUID | str | None = None,
                   server_id: UUID | str | None = None, risk: str | None = None) -> QuerySet[ToolCall]:
     """Calls whose outcome is unknown, oldest first, with the inbox's filters (the run's crew, the agent

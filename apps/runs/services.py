@@ -341,6 +341,7 @@ def resolve_unknown_call(*, actor: Actor, tool_call_id: UUID | str, outcome: str
                      by=actor.label)
         audit.record(org_id=actor.org_id, actor=actor, action="tool_call.resolved", target=row,
                      target_label=row.qualified_name, data={"outcome": outcome, "note": note[:500]})
+        approvals.publish_inbox_count(org_id=actor.org_id)  # one item fewer in the inbox
         _resume_if_ready(run)
     return row
 

@@ -447,6 +447,8 @@ class RunStore:
             setattr(row, key, value)
         if event:
             self.event(event, tool_call_id=str(row.id), tool=row.qualified_name, **(event_data or {}))
+        if fields.get("state") == CallState.UNKNOWN:  # a person must resolve it: it joins the inbox's count
+            approvals.publish_inbox_count(org_id=self.run.org_id)
         if fields.get("state") == CallState.DENIED:  # policy denials (at offer or dispatch) are audited
             audit.record(org_id=self.run.org_id, actor=None, action="policy.denied", target=row,
                          target_label=row.qualified_name,

@@ -6,7 +6,7 @@ from uuid import UUID
 
 
 def pending_approvals(*, org_id: UUID) -> int:
-    """Pending items in the approval inbox."""
-    from apps.approvals.selectors import pending_count
+    """What waits for a person in the inbox: pending approvals and tool calls whose outcome is unknown."""
+    from apps.approvals.selectors import inbox_count
 
-    return pending_count(org_id=org_id)
+    return inbox_count(org_id=org_id)

@@ -165,3 +165,20 @@ def test_the_page_form_needs_the_csrf_token(desk, approver):
     assert posted.status_code == 302
     row.refresh_from_db()
     assert row.state == "failed"
+
+
+def test_the_inbox_badge_counts_unknown_calls_and_hears_when_one_appears_or_is_resolved(
+        client, desk, approver, monkeypatch, django_capture_on_commit_callbacks):
+    sent = []
+    monkeypatch.setattr("apps.approvals.services.publish", lambda group, event, **data: sent.append((event, data)))
+    with django_capture_on_commit_callbacks(execute=True):
+        _run, row = unknown_call(desk, approver)  # held (1), approved (0), then unknown
+    assert sent[-1] == ("inbox.count", {"count": 1})
+    signed_in(client, approver)
+    assert 'id="inbox-badge" class="badge bg-red text-red-fg"' in client.get("/inbox/").content.decode()
+    assert 'data-count="1">1</span>' in client.get("/inbox/").content.decode()
+
+    with django_capture_on_commit_callbacks(execute=True):
+        services.resolve_unknown_call(actor=member_actor(approver), tool_call_id=row.id, outcome="failed")
+    assert sent[-1] == ("inbox.count", {"count": 0})
+    assert 'data-count="0">0</span>' in client.get("/inbox/").content.decode()
