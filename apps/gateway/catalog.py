@@ -14,13 +14,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import jsonschema
 import mcp.types as types
 
 from apps.agents.models import Agent, ToolGrant
 from apps.agents.policy import CallFacts, decide
 from apps.registry.connection import ServerSpec, spec_for
 from apps.registry.models import McpServer, TrustTier
+from apps.registry.schemas import arguments_problem, input_validator
 
 # Hints a trusted server may set; read-only and destructive always come from Airlock's risk class.
 TRUSTED_HINTS = ("idempotentHint", "openWorldHint")
@@ -82,14 +82,8 @@ class AgentView:
         return [g for g in self.grants.values() if g.wire is not None]
 
     def schema_problem(self, tool: GrantedTool, arguments: dict[str, Any]) -> str:
-        """Like the engine's check: the first problem with the arguments, or ''."""
-        if tool.validator is None:
-            return ""
-        error = next(iter(tool.validator.iter_errors(arguments)), None)
-        if error is None:
-            return ""
-        where = ".".join(str(p) for p in error.absolute_path)
-        return f"{where + ': ' if where else ''}{error.message}"
+        """The engine's check: the most relevant problem with the arguments, or ''."""
+        return arguments_problem(tool.validator, arguments)
 
 
 def _annotations(tool: Any, trust_tier: str) -> types.ToolAnnotations:
@@ -104,17 +98,6 @@ def _open_world(tool: Any, trust_tier: str) -> bool:
     annotations = tool.annotations or {}
     claimed = bool(annotations.get("openWorldHint", annotations.get("open_world_hint", False)))
     return claimed and trust_tier != TrustTier.INTERNAL
-
-
-def _validator(schema: dict[str, Any]) -> Any:
-    if not schema:
-        return None
-    try:
-        cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
-        cls.check_schema(schema)
-        return cls(schema)
-    except jsonschema.SchemaError:
-        return None
 
 
 def load_view(agent_id: str) -> AgentView:
@@ -136,7 +119,7 @@ def load_view(agent_id: str) -> AgentView:
             input_schema=tool.input_schema or {}, risk=tool.risk, state=state, pinned=tool.is_pinned,
             trust_tier=server.trust_tier, definition_hash=tool.definition_hash,
             open_world=_open_world(tool, server.trust_tier), grant=grant.policy, condition=grant.condition,
-            wire=None, validator=_validator(tool.input_schema or {}))
+            wire=None, validator=input_validator(tool.input_schema))
         offered = agent.enabled and decide(granted.facts(arguments=None, tainted=False)).offered
         if offered:
             wire = types.Tool(name=tool.qualified_name, title=tool.title or None,

@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import jsonschema
 from django.utils import timezone
 from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
@@ -22,6 +21,7 @@ from apps.agents.policy import decide
 from apps.agents.prompts import wrap_tool_output
 from apps.registry.pool import ToolCallFailed, ToolCallTimeout, call_tool
 from apps.registry.scanner import scan_text
+from apps.registry.schemas import arguments_problem, input_validator
 from apps.runs.engine.errors import LeaseLost, StopRun, backoff_delay
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.limits import REPEAT_LIMIT
@@ -120,29 +120,12 @@ def schema_problem(tool: dict[str, Any] | None, arguments: dict[str, Any]) -> st
     schema = (tool or {}).get("input_schema")
     if not schema:
         return ""
-    validator = _validator(tool.get("definition_hash") or json.dumps(schema, sort_keys=True), schema)
-    if validator is None:  # a schema that is not one: nothing to check against (the registry flags it)
-        return ""
-    error = jsonschema.exceptions.best_match(validator.iter_errors(arguments))
-    if error is None:
-        return ""
-    where = ".".join(str(p) for p in error.absolute_path)
-    return f"{where + ': ' if where else ''}{error.message}"
-
-
-def _validator(key: str, schema: dict[str, Any]) -> Any:
-    """Checking a schema against its metaschema costs more than validating arguments with it: once per
-    definition (the hash covers the schema) and process, as `jsonschema.validate` would do every call."""
-    if key not in _validators:
+    key = tool.get("definition_hash") or json.dumps(schema, sort_keys=True)  # the hash covers the schema
+    if key not in _validators:  # once per definition and process
         if len(_validators) >= VALIDATORS_KEPT:
             _validators.pop(next(iter(_validators)))
-        cls = jsonschema.validators.validator_for(schema)
-        try:
-            cls.check_schema(schema)
-            _validators[key] = cls(schema)
-        except jsonschema.SchemaError:
-            _validators[key] = None
-    return _validators[key]
+        _validators[key] = input_validator(schema)
+    return arguments_problem(_validators[key], arguments)
 
 
 def follow_approval(store: Any, *, row: Any, write_approval: bool = True) -> Decided | None:
