@@ -93,6 +93,7 @@ class RunStore:
         self._deferred: list[Callable[[], None]] = []
         self._appends: dict[str, tuple[RunStep, list[dict[str, Any]] | None]] = {}  # turn -> messages to add
         self._unsaved: set[Any] = set()  # ledger rows whose insert is deferred (record_model_call)
+        self._chars: dict[str, tuple[int, int, Any]] = {}  # turn -> (messages counted, their JSON length, last)
 
     # --- transactions ---------------------------------------------------------------------------
 
@@ -323,8 +324,16 @@ class RunStore:
             if state:
                 self.save_state(state={**self.run.state, **state})
 
-    def turn_messages_json(self, turn: RunStep) -> list[dict[str, Any]]:
-        return turn.messages or []
+    def history_chars(self, turn: RunStep) -> int:
+        """`len(json.dumps(turn.messages))`, counted once per message: the history grows step by step and
+        dumping all of it before every model call cost time in proportion to its length."""
+        messages, key = turn.messages or [], str(turn.id)
+        counted, total, last = self._chars.get(key, (0, 0, None))
+        if not (0 < counted <= len(messages) and messages[counted - 1] is last):  # new, or rewritten
+            counted, total = 0, 0
+        total += sum(len(json.dumps(m)) for m in messages[counted:])
+        self._chars[key] = (len(messages), total, messages[-1] if messages else None)
+        return 2 + total + 2 * max(len(messages) - 1, 0)  # "[" + ", ".join(...) + "]"
 
     def model_calls(self, turn: RunStep) -> int:
         key = str(turn.id)

@@ -274,3 +274,23 @@ def test_a_call_line_inside_a_json_string_value_is_a_finding():
         assert injected_call_findings(scannable_text(payload), where="result")[0]["code"] == "tool_call_in_output"
     assert injected_call_findings(scannable_text({"text": json.dumps({"note": "all fine"}), "structured": None}),
                                   where="result") == []
+
+
+def test_the_prompt_size_the_budget_check_uses_is_the_history_s_json_length_as_it_grows_or_is_rewritten():
+    """The store counts the history's JSON once per message instead of dumping all of it before each call;
+    the count must stay exactly what dumping it would give."""
+    from types import SimpleNamespace
+
+    from apps.runs.store import RunStore
+
+    store, turn = RunStore.__new__(RunStore), SimpleNamespace(id="turn", messages=[])
+    store._chars = {}
+    seen = []
+    for grown in ([{"kind": "request", "parts": [{"content": "Refund A-1001"}]}],
+                  [{"kind": "response", "parts": [{"tool_name": "orders.refund", "args": {"amount": 5}}]},
+                   {"kind": "request", "parts": [{"content": "ok ✓", "outcome": None}]}]):
+        turn.messages = [*turn.messages, *grown]
+        seen.append(store.history_chars(turn) == len(json.dumps(turn.messages)))
+    turn.messages = [{"kind": "request", "parts": []}]  # rewritten (a supervisor turn, say): counted afresh
+    seen.append(store.history_chars(turn) == len(json.dumps(turn.messages)))
+    assert seen == [True, True, True]

@@ -46,9 +46,10 @@ class LimitHit:
     message: str
 
 
-def estimate_tokens(*parts: Any) -> int:
-    """A rough count (4 characters a token) of what is about to be sent."""
-    return sum(len(json.dumps(p, default=str)) for p in parts) // 4 + 1
+def estimate_tokens(*parts: Any, chars: int = 0) -> int:
+    """A rough count (4 characters a token) of what is about to be sent: `parts` as JSON, plus `chars`
+    already counted (a turn's history, whose JSON length the run store keeps as it grows)."""
+    return (chars + sum(len(json.dumps(p, default=str)) for p in parts)) // 4 + 1
 
 
 def token_budget(ctx: PreCallContext) -> LimitHit | None:

@@ -69,7 +69,7 @@ def call_model(store: Any, *, turn: Any, agent: dict[str, Any], messages: list[M
     ctx = PreCallContext(
         org_id=run.org_id, run_id=run.id, crew_id=crew.get("id"), agent_id=agent["id"], agent_name=agent["name"],
         provider=provider, model=model_name, max_tokens=DEFAULT_MAX_TOKENS,
-        prompt_tokens=estimate_tokens(store.turn_messages_json(turn), [d.__dict__ for d in definitions]),
+        prompt_tokens=estimate_tokens([d.__dict__ for d in definitions], chars=store.history_chars(turn)),
         run_tokens=run.tokens_in + run.tokens_out, run_cost_usd=store.run_cost(),
         token_budget=crew.get("token_budget"),
         budget_usd=Decimal(crew["budget_usd"]) if crew.get("budget_usd") else None,
