@@ -19,43 +19,55 @@ from apps.registry.models import Severity
 
 DESCRIPTION_LIMIT = 1000
 
-# Text aimed at the model rather than describing the tool.
-INSTRUCTION_PATTERNS = [
-    r"\bignore\s+(all\s+|any\s+)?(the\s+)?(previous|prior|above|earlier|preceding|other)\b",
-    r"\bdisregard\s+(all\s+|any\s+)?(the\s+)?(previous|prior|above|earlier|your|other)\b",
-    r"\bforget\s+(all\s+|everything\s+|your\s+)?(previous|prior|instructions)",
-    r"<\s*/?\s*(important|system|instructions?|secret|hidden)\s*>",
-    r"\[\s*(system|important|instructions?)\s*\]",
-    r"\b(system\s+prompt|developer\s+message)\b",
-    r"\bdo\s+not\s+(tell|inform|mention|reveal|show|notify|alert)\b.{0,40}\b(user|human|anyone)\b",
-    r"\b(without|don'?t)\s+(telling|informing|asking|notifying)\s+the\s+(user|human)\b",
-    r"\bbefore\s+(using|calling|invoking|running)\s+(this|any|the)\b.{0,80}\b(call|invoke|run|read|use|send)\b",
-    r"\b(first|always)\s+(call|invoke|run|use)\s+(the\s+)?`?[\w.-]+`?\s+tool\b",
-    r"\byou\s+(must|should|have\s+to|need\s+to)\s+(always\s+|first\s+)?(call|invoke|send|read|include|pass)\b",
-    r"\b(override|bypass|replace)\s+(the\s+)?(instructions|rules|policy|tool)\b",
-    r"\bas\s+an?\s+(ai|assistant|language\s+model)\b.{0,40}\b(must|should)\b",
-    r"\bthis\s+is\s+(very\s+)?important\b.{0,60}\b(must|otherwise)\b",
+# Text aimed at the model rather than describing the tool. Each pattern comes with the words one of which
+# every match of it contains once lower-cased, when the text is ASCII (most tool output): a pattern is
+# tried only where one of its words occurs. On 2 KB of text that holds none of them the 37 searches took
+# ~0.9 ms, on every tool result of every run step; the word checks take ~0.02 ms. No words: the pattern
+# cannot match ASCII text at all. Text with anything beyond ASCII gets every pattern (case folding is
+# then wider than `str.lower`). tests/registry/test_scanner_prefilter.py checks each word list against
+# strings generated from its pattern.
+INSTRUCTION_RULES = [
+    (r"\bignore\s+(all\s+|any\s+)?(the\s+)?(previous|prior|above|earlier|preceding|other)\b", ("ignore",)),
+    (r"\bdisregard\s+(all\s+|any\s+)?(the\s+)?(previous|prior|above|earlier|your|other)\b", ("disregard",)),
+    (r"\bforget\s+(all\s+|everything\s+|your\s+)?(previous|prior|instructions)", ("forget",)),
+    (r"<\s*/?\s*(important|system|instructions?|secret|hidden)\s*>", ("important", "system", "instruction", "secret",
+                                                                       "hidden")),
+    (r"\[\s*(system|important|instructions?)\s*\]", ("system", "important", "instruction")),
+    (r"\b(system\s+prompt|developer\s+message)\b", ("system", "developer")),
+    (r"\bdo\s+not\s+(tell|inform|mention|reveal|show|notify|alert)\b.{0,40}\b(user|human|anyone)\b", ("not",)),
+    (r"\b(without|don'?t)\s+(telling|informing|asking|notifying)\s+the\s+(user|human)\b",
+     ("telling", "informing", "asking", "notifying")),
+    (r"\bbefore\s+(using|calling|invoking|running)\s+(this|any|the)\b.{0,80}\b(call|invoke|run|read|use|send)\b",
+     ("before",)),
+    (r"\b(first|always)\s+(call|invoke|run|use)\s+(the\s+)?`?[\w.-]+`?\s+tool\b", ("tool",)),
+    (r"\byou\s+(must|should|have\s+to|need\s+to)\s+(always\s+|first\s+)?(call|invoke|send|read|include|pass)\b",
+     ("you",)),
+    (r"\b(override|bypass|replace)\s+(the\s+)?(instructions|rules|policy|tool)\b", ("override", "bypass", "replace")),
+    (r"\bas\s+an?\s+(ai|assistant|language\s+model)\b.{0,40}\b(must|should)\b", ("must", "should")),
+    (r"\bthis\s+is\s+(very\s+)?important\b.{0,60}\b(must|otherwise)\b", ("important",)),
     # role overrides and chat-template tokens
-    r"(?m)^\s*(system|developer|assistant)\s*:",
-    r"<\|(im_start|im_end|system|begin_of_text|start_header_id|end_header_id|eot_id)\|>|\[/?INST\]|<<\s*/?SYS\s*>>",
-    r"\byou\s+are\s+now\s+(an?\s+)?(unrestricted|jailbroken|dan\b|in\s+\w+\s+mode|the\s+(system|admin))",
-    r"\b(new|updated|additional)\s+(system\s+)?instructions?\s*(:|\n|follow)",
-    r"\bfrom\s+now\s+on\b.{0,60}\b(always|never|approve|ignore|call|you\s+(must|will|should))\b",
+    (r"(?m)^\s*(system|developer|assistant)\s*:", ("system", "developer", "assistant")),
+    (r"<\|(im_start|im_end|system|begin_of_text|start_header_id|end_header_id|eot_id)\|>|\[/?INST\]|<<\s*/?SYS\s*>>",
+     ("<|", "inst]", "sys")),
+    (r"\byou\s+are\s+now\s+(an?\s+)?(unrestricted|jailbroken|dan\b|in\s+\w+\s+mode|the\s+(system|admin))", ("you",)),
+    (r"\b(new|updated|additional)\s+(system\s+)?instructions?\s*(:|\n|follow)", ("instruction",)),
+    (r"\bfrom\s+now\s+on\b.{0,60}\b(always|never|approve|ignore|call|you\s+(must|will|should))\b", ("from",)),
     # a tool call written out for the model to make (the scripted model's obey format, and prose)
-    r"(?m)^\s*CALL\s+[\w-]+\.[\w-]+\s*\{",
-    r"\b(call|invoke|run|use)\s+(the\s+)?`?[\w.-]+`?\s+tool\s+(with|for|on|now)\b",
+    (r"(?m)^\s*CALL\s+[\w-]+\.[\w-]+\s*\{", ("call",)),
+    (r"\b(call|invoke|run|use)\s+(the\s+)?`?[\w.-]+`?\s+tool\s+(with|for|on|now)\b", ("tool",)),
     # other languages: ignore previous instructions / do not tell the user / call the tool
-    r"\bignor(a|ar|e|ez|iere|ieren)\s+(todas\s+|toutes\s+|alle\s+)?(las\s+|les\s+)?"
-    r"(instrucciones|instructions|vorherigen|bisherigen|anweisungen)",
-    r"\bno\s+(le\s+)?(digas|digan|informes|menciones)\s+(nada\s+)?(al|a\s+el)\s+usuario",
-    r"\b(llama|usa|ejecuta|invoca)\s+(a\s+)?la\s+herramienta\b",
-    r"\bne\s+(dis|dites)\s+rien\s+(à|a)\s+l'utilisateur",
-    r"игнорир\w*\s+(все\s+)?(предыдущ|прошл)\w*\s+(инструкц|указан|команд)",
-    r"не\s+(говори|сообщай|рассказывай)\w*\s+пользовател",
-    r"(忽略|无视|忽视)(之前|以上|先前|前面|上述)?的?(所有|全部)?(指令|指示|说明|规则)",
-    r"系统提示|不要告诉用户|调用.{0,30}工具",
-    r"(以前|前|上記)の(指示|命令)を(すべて|全て)?無視",
+    (r"\bignor(a|ar|e|ez|iere|ieren)\s+(todas\s+|toutes\s+|alle\s+)?(las\s+|les\s+)?"
+     r"(instrucciones|instructions|vorherigen|bisherigen|anweisungen)", ("ignor",)),
+    (r"\bno\s+(le\s+)?(digas|digan|informes|menciones)\s+(nada\s+)?(al|a\s+el)\s+usuario", ("usuario",)),
+    (r"\b(llama|usa|ejecuta|invoca)\s+(a\s+)?la\s+herramienta\b", ("herramienta",)),
+    (r"\bne\s+(dis|dites)\s+rien\s+(à|a)\s+l'utilisateur", ("utilisateur",)),
+    (r"игнорир\w*\s+(все\s+)?(предыдущ|прошл)\w*\s+(инструкц|указан|команд)", ()),
+    (r"не\s+(говори|сообщай|рассказывай)\w*\s+пользовател", ()),
+    (r"(忽略|无视|忽视)(之前|以上|先前|前面|上述)?的?(所有|全部)?(指令|指示|说明|规则)", ()),
+    (r"系统提示|不要告诉用户|调用.{0,30}工具", ()),
+    (r"(以前|前|上記)の(指示|命令)を(すべて|全て)?無視", ()),
 ]
+INSTRUCTION_PATTERNS = [pattern for pattern, _ in INSTRUCTION_RULES]
 # Comments a reader never sees, holding words aimed at a model.
 HIDDEN_COMMENT = re.compile(r"(<!--.*?-->|\[//\]:\s*#\s*\(.*?\))", re.DOTALL)
 COMMENT_IMPERATIVE = re.compile(r"\b(assistant|system|ignore|instruction|call|invoke|must|do\s+not)\b", re.I)
@@ -64,11 +76,15 @@ BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{24,}={0,2}")
 SECRET_ACCESS = re.compile(
     r"\b(read|cat|open|print|send|include|contents?|upload|paste|copy|show|dump|leak|pass|attach|forward)\b",
     re.IGNORECASE)
-SECRET_PATTERNS = [
-    r"~/\.ssh\b", r"\bid_(rsa|ed25519|ecdsa|dsa)\b", r"(?<![\w/.-])\.env\b", r"\b\.aws/credentials\b",
-    r"\bcredentials?\s*(file|\.json)\b", r"/etc/(passwd|shadow)\b", r"\.netrc\b", r"\.git-credentials\b",
-    r"\b(private|secret)\s+key\b", r"\b(api[_\s-]?keys?|access[_\s-]?tokens?)\s+(from|in|of)\b", r"\bmcp\.json\b",
+SECRET_RULES = [  # (pattern, words) as for INSTRUCTION_RULES
+    (r"~/\.ssh\b", (".ssh",)), (r"\bid_(rsa|ed25519|ecdsa|dsa)\b", ("id_",)), (r"(?<![\w/.-])\.env\b", (".env",)),
+    (r"\.aws/credentials\b", (".aws/credentials",)), (r"\bcredentials?\s*(file|\.json)\b", ("credential",)),
+    (r"/etc/(passwd|shadow)\b", ("/etc/",)), (r"\.netrc\b", (".netrc",)),
+    (r"\.git-credentials\b", (".git-credentials",)), (r"\b(private|secret)\s+key\b", ("key",)),
+    (r"\b(api[_\s-]?keys?|access[_\s-]?tokens?)\s+(from|in|of)\b", ("api", "access")),
+    (r"\bmcp\.json\b", ("mcp.json",)),
 ]
+SECRET_PATTERNS = [pattern for pattern, _ in SECRET_RULES]
 URL_RE = re.compile(r"\b(?:https?|ftp|wss?)://[^\s\"'<>)]+", re.IGNORECASE)
 EXFIL_HINTS = re.compile(
     r"(\{[^}]*\}|\?\S*=|webhook|ngrok|requestbin|pipedream|pastebin|burpcollaborator|interact\.sh|exfil)",
@@ -79,8 +95,21 @@ HIDDEN_CHARS = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069
 # Parameter parts that should never carry prose instructions.
 VALUE_KEYS = ("enum", "default", "const", "examples")
 
-_INSTRUCTION_RES = [re.compile(p, re.IGNORECASE | re.DOTALL) for p in INSTRUCTION_PATTERNS]
-_SECRET_RES = [re.compile(p, re.IGNORECASE) for p in SECRET_PATTERNS]
+_INSTRUCTION_RES = [(re.compile(p, re.IGNORECASE | re.DOTALL), words) for p, words in INSTRUCTION_RULES]
+_SECRET_RES = [(re.compile(p, re.IGNORECASE), words) for p, words in SECRET_RULES]
+
+
+def _candidates(rules: list[tuple[re.Pattern[str], tuple[str, ...]]], text: str) -> Iterator[re.Pattern[str]]:
+    """The rules' patterns that may match `text`, in order (see INSTRUCTION_RULES)."""
+    if not text.isascii():
+        yield from (regex for regex, _ in rules)
+        return
+    folded = text.lower()
+    yield from (regex for regex, words in rules if any(word in folded for word in words))
+
+
+def _search(rules: list[tuple[re.Pattern[str], tuple[str, ...]]], text: str) -> re.Match[str] | None:
+    return next((m for regex in _candidates(rules, text) if (m := regex.search(text))), None)
 
 
 @dataclass(frozen=True)
@@ -119,7 +148,7 @@ def scan_text(text: str, *, where: str, is_value: bool = False) -> list[Finding]
         found.append(Finding("hidden_unicode", Severity.HIGH, where,
                              f"Invisible characters ({', '.join(names[:5])}) can hide text from people."))
     visible = unicodedata.normalize("NFKC", HIDDEN_CHARS.sub("", text))  # full-width letters read as ASCII
-    if any(r.search(visible) for r in _INSTRUCTION_RES):
+    if _search(_INSTRUCTION_RES, visible):
         found.append(Finding("model_instruction", Severity.HIGH, where,
                              "Contains instructions aimed at the model rather than a description of the tool."))
     if any(COMMENT_IMPERATIVE.search(c) for c in HIDDEN_COMMENT.findall(visible)):
@@ -128,7 +157,7 @@ def scan_text(text: str, *, where: str, is_value: bool = False) -> list[Finding]
     if _encoded_instruction(visible):
         found.append(Finding("encoded_instruction", Severity.HIGH, where,
                              "Base64-encoded text that decodes to instructions aimed at the model."))
-    secret = next((m for r in _SECRET_RES if (m := r.search(visible))), None)
+    secret = _search(_SECRET_RES, visible)
     if secret is not None:
         near = visible[max(0, secret.start() - 80):secret.end() + 80]
         severity = Severity.HIGH if SECRET_ACCESS.search(near) else Severity.MEDIUM
@@ -148,7 +177,7 @@ def _encoded_instruction(text: str) -> bool:
         except (ValueError, UnicodeDecodeError):
             continue
         readable = all(c.isprintable() or c.isspace() for c in decoded)
-        if readable and any(r.search(decoded) for r in _INSTRUCTION_RES + _SECRET_RES):
+        if readable and (_search(_INSTRUCTION_RES, decoded) or _search(_SECRET_RES, decoded)):
             return True
     return False
 
