@@ -7,6 +7,7 @@ them after commit, so the engine commits every step before the next.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -27,13 +28,14 @@ from apps.approvals import services as approvals
 from apps.approvals import standing
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
+from apps.core.rows import Columns
 from apps.costs import selectors as costs_selectors
 from apps.costs import services as costs
 from apps.costs.models import ModelPrice, UsageRecord
 from apps.costs.pricing import find_override, price_call
 from apps.costs.rollup import FirstCalls
 from apps.notifications.services import notify
-from apps.registry.models import Tool
+from apps.registry.models import McpServer, Tool
 from apps.registry.pool import LIVE_SERVER_FIELDS
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.events import Totals, append_events, publish_status
@@ -42,6 +44,20 @@ from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolC
 APPROVAL_TTL = timedelta(hours=24)
 LIVE_TOOL_FIELDS = ("id", "org_id", "qualified_name", "state", "risk", "definition_hash", "pinned_hash", "server")
 _APPEND_MESSAGES_SQL = "UPDATE runs_runstep SET messages = messages || %s::jsonb, updated_at = %s WHERE id = %s"
+
+
+# The two reads of every engine step, as SQL built once per process from the models (apps/core/rows.py).
+@functools.cache
+def _run_read() -> tuple[Columns, str]:
+    run = Columns(Run, [f.name for f in Run._meta.concrete_fields if f.name not in ("snapshot", "inputs")], "r")
+    return run, f"SELECT {run.sql} FROM {run.table} r WHERE r.id = %s"  # noqa: S608 (column names only)
+
+
+@functools.cache
+def _live_tool_read() -> tuple[Columns, Columns, str]:
+    tool, server = Columns(Tool, LIVE_TOOL_FIELDS, "t"), Columns(McpServer, LIVE_SERVER_FIELDS, "s")
+    return tool, server, (f"SELECT {tool.sql}, {server.sql} FROM {tool.table} t JOIN {server.table} s "  # noqa: S608
+                          "ON s.id = t.server_id WHERE t.org_id = %s AND t.qualified_name = %s")
 
 
 def lease_seconds() -> int:
@@ -146,11 +162,16 @@ class RunStore:
     # --- the run row ----------------------------------------------------------------------------
 
     def refresh(self) -> Run:
+        """Re-reads the run row at a step boundary (cancel, lease, counters), all but the snapshot and inputs:
+        they never change after the run starts, so they are kept, not parsed again each step."""
         if not self._fresh:
-            # The snapshot and inputs never change after the run starts: kept, not parsed again each step.
-            run = Run.objects.defer("snapshot", "inputs").get(id=self.run_id)
-            run.snapshot, run.inputs = self.run.snapshot, self.run.inputs
-            self.run = run
+            columns, sql = _run_read()
+            with connection.cursor() as cursor:
+                cursor.execute(sql, [columns.param("id", self.run_id)])
+                row = cursor.fetchone()
+            if row is None:
+                raise Run.DoesNotExist(f"No run {self.run_id}.")
+            columns.assign(self.run, row)
         self._fresh = False
         self._live.clear()
         return self.run
@@ -569,9 +590,15 @@ class RunStore:
         if qualified_name not in self._live:
             # Only what the policy and the call need: the rows' schemas, definitions and encrypted secrets
             # cost more to load than the query (the pool decrypts a server's secrets once per change).
-            self._live[qualified_name] = (
-                Tool.objects.filter(org_id=self.run.org_id, qualified_name=qualified_name).select_related("server")
-                .only(*LIVE_TOOL_FIELDS, *(f"server__{f}" for f in LIVE_SERVER_FIELDS)).first())
+            tool, server, sql = _live_tool_read()
+            with connection.cursor() as cursor:
+                cursor.execute(sql, [tool.param("org", self.run.org_id), qualified_name])
+                row = cursor.fetchone()
+            live = None
+            if row is not None:
+                live = tool.instance(row[:len(tool)])
+                live.server = server.instance(row[len(tool):])
+            self._live[qualified_name] = live
         return self._live[qualified_name]
 
     def _price_override(self, provider: str, model: str) -> ModelPrice | None:
