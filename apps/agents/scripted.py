@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import json
 import re
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
-from pydantic_ai.models.function import AgentInfo, FunctionModel
+from pydantic_ai.models.function import AgentInfo, FunctionModel, _estimate_usage
+from pydantic_ai.usage import RequestUsage
 
 from apps.core.errors import ValidationFailed
 
@@ -154,6 +156,37 @@ def play_turn(turn: Mapping[str, Any] | None, *, index: int, messages: list[Mode
                                 for n, (tool, args) in enumerate(calls, start=1)])
 
 
+# The tokens the scripted model reports: pydantic-ai's estimate for its test models (FunctionModel makes it
+# when a response carries no usage), summed message by message and kept per message object. The engine keeps
+# a turn's parsed history between steps, so a call counts only its new messages; FunctionModel's own
+# estimate went through the whole history on every call (a cost that grew with every step: bench/run.py).
+TOKENS_KEPT = 4096
+REQUEST_OVERHEAD = 50  # what _estimate_usage adds once per call
+_counted: dict[int, tuple[weakref.ref, int, int]] = {}  # id(message) -> (the message, input, output tokens)
+
+
+def _message_tokens(message: ModelMessage) -> tuple[int, int]:
+    kept = _counted.get(id(message))
+    if kept is not None and kept[0]() is message:
+        return kept[1], kept[2]
+    usage = _estimate_usage([message])
+    tokens = (usage.input_tokens - REQUEST_OVERHEAD, usage.output_tokens)
+    if len(_counted) >= TOKENS_KEPT:
+        for key in list(_counted)[:TOKENS_KEPT // 4]:  # the oldest quarter
+            del _counted[key]
+    _counted[id(message)] = (weakref.ref(message), *tokens)
+    return tokens
+
+
+def estimated_usage(messages: list[ModelMessage], response: ModelResponse) -> RequestUsage:
+    """The same numbers as FunctionModel's estimate for `messages` and the new `response`."""
+    tokens_in, tokens_out = REQUEST_OVERHEAD, _estimate_usage([response]).output_tokens
+    for message in messages:
+        more_in, more_out = _message_tokens(message)
+        tokens_in, tokens_out = tokens_in + more_in, tokens_out + more_out
+    return RequestUsage(input_tokens=tokens_in, output_tokens=tokens_out)
+
+
 def scripted_model(script: list[dict[str, Any]], *, inputs: Mapping[str, Any] | None = None,
                    turn_offset: int = 0, name: str = "scripted") -> FunctionModel:
     """A pydantic-ai model that plays `script`. Turn = `turn_offset` + model responses already in the history."""
@@ -164,6 +197,8 @@ def scripted_model(script: list[dict[str, Any]], *, inputs: Mapping[str, Any] | 
         # async although it never awaits: pydantic-ai runs a plain function on a worker thread, a hop per call
         index = turn_offset + sum(1 for m in messages if isinstance(m, ModelResponse))
         turn = turns[index] if index < len(turns) else None
-        return play_turn(turn, index=index, messages=messages, inputs=run_inputs)
+        response = play_turn(turn, index=index, messages=messages, inputs=run_inputs)
+        response.usage = estimated_usage(messages, response)
+        return response
 
     return FunctionModel(respond, model_name=name)

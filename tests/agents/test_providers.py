@@ -6,6 +6,7 @@ import pytest
 from pydantic_ai import direct
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models import ModelRequestParameters
+from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.tools import ToolDefinition
 
 from apps.agents.providers import ConnectionSpec, build_model, check_connection, run_blocking
@@ -129,6 +130,31 @@ def test_obey_follows_call_lines_in_the_last_tool_result():
     second = ask(model, history)
     assert [(p.tool_name, p.args) for p in second.parts] == [("orders.refund_order",
                                                               {"order_id": "A1", "amount_cents": 99999})]
+
+
+def test_the_scripted_model_reports_the_tokens_pydantic_ai_estimates_for_the_whole_history():
+    """It counts each message once and keeps the count; the numbers must stay those of FunctionModel's own
+    estimate (what runs and costs pages showed for scripted runs), step after step."""
+    script = [{"call": [{"tool": "bench.lookup", "args": {"n": n}}]} for n in range(4)]
+    model = build_model(ConnectionSpec("scripted"), model_name="", script=script)
+    history = [ModelRequest.user_text_prompt("look everything up " * 30)]
+    for _ in range(4):
+        response = ask(model, history)
+        reference = ask(FunctionModel(lambda messages, info, parts=response.parts: ModelResponse(parts=parts)),
+                        history)
+        assert (response.usage.input_tokens, response.usage.output_tokens) == \
+            (reference.usage.input_tokens, reference.usage.output_tokens)
+        call_id = response.parts[0].tool_call_id
+        history = [*history, response, ModelRequest(parts=[ToolReturnPart("bench.lookup", "result " * 50, call_id)])]
+    # a new message with other text is counted anew, never with a kept count of an older one
+    replaced = [*history[:-1], ModelRequest(parts=[ToolReturnPart("bench.lookup", "short", "x")])]
+    response = ask(model, replaced)
+    reference = ask(FunctionModel(lambda messages, info: ModelResponse(parts=response.parts)), replaced)
+    assert response.usage.input_tokens == reference.usage.input_tokens < history_tokens(history)
+
+
+def history_tokens(history):
+    return ask(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("x")])), history).usage.input_tokens
 
 
 def test_supervisor_routes_are_json_text():

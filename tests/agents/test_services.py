@@ -174,7 +174,7 @@ def test_api_keys_are_encrypted_and_never_in_the_audit(org, builder):
     from django.db import connection as db
 
     with db.cursor() as cursor:
-        cursor.execute("SELECT api_key FROM agents_llmconnection WHERE id = %s", [connection.id])
+        cursor.execute("SELECT api_key FROM agents_llmconnection WHERE id = %s", [connection.id.hex])
         stored = cursor.fetchone()[0]
     assert "sk-live" not in stored
     assert LlmConnection.objects.get(id=connection.id).api_key == "sk-live-abcdefghijklmnopqrstuvwxyz"
