@@ -8,6 +8,7 @@ Nothing here touches the database: services hand in a `ServerSpec` and store wha
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
 import sys
@@ -56,7 +57,7 @@ class ServerSpec:
     headers: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 30.0
 
-    @property
+    @functools.cached_property  # the pool compares it on every call; a spec never changes once built
     def fingerprint(self) -> str:
         """Changes whenever the way to reach the server changes (the pool restarts on it)."""
         body = json.dumps([self.transport, self.trust_tier, self.command, self.args, self.env, self.cwd,
