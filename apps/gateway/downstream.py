@@ -22,8 +22,10 @@ class LoopPool(Pool):
     async def acall_tool(self, spec: ServerSpec, tool_name: str, arguments: dict[str, Any],
                          timeout: float) -> ToolCallResult:
         try:
-            return await asyncio.wait_for(self._call(spec, tool_name, arguments, timeout),
-                                          spec.timeout_s + timeout + 15)
+            # A deadline on this task, not wait_for: that runs the call in a task of its own (a task more to
+            # create and switch to on every call).
+            async with asyncio.timeout(spec.timeout_s + timeout + 15):
+                return await self._call(spec, tool_name, arguments, timeout)
         except TimeoutError:
             raise ToolCallTimeout(f"No answer within {timeout:g} s.") from None
 
