@@ -2,11 +2,14 @@
 
     .venv/bin/python -m bench.gateway [--calls 1000] [--out var/bench/gateway.json]
 
-Both sides use the official MCP SDK `Client` and the bundled order desk (`get_order_status`, a
+All sides use the official MCP SDK `Client` and the bundled order desk (`get_order_status`, a
 read the agent's grant allows): directly over stdio, and through `uvicorn config.gateway:app`
 (Streamable HTTP in, the gateway's pooled stdio session out, policy, ledger and audit included).
-Calls alternate in blocks so both sides see the same machine load. Prints p50/p95 and the ratio
-and writes them as JSON. Target: p50 ratio <= 2.5 (the gateway adds about one HTTP hop).
+A third side is the floor: `uvicorn bench.gateway_floor:app`, a proxy of the same SDK parts with
+nothing of Airlock's (no key, policy, ledger or scan), what one SDK HTTP hop over the same pooled
+stdio session costs. Calls alternate in blocks so all sides see the same machine load. Prints
+p50/p95 and the ratios and writes them as JSON. Target: p50 ratio <= 2.5 (the gateway adds about
+one HTTP hop).
 
 It works on a database of its own (a fresh Postgres database next to DATABASE_URL's, dropped
 afterwards, or a SQLite file under var/bench/), so it never touches real data.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -28,6 +32,7 @@ from urllib.parse import urlparse, urlunparse
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = 100
 WARMUP = 30
+SIDES = ("direct", "gateway", "floor")
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -89,7 +94,7 @@ def _prepare(data_file: Path) -> str:
     return raw
 
 
-async def _measure(url: str, key: str, data_file: Path, calls: int) -> dict[str, list[float]]:
+async def _measure(url: str, key: str, data_file: Path, calls: int, floor_url: str = "") -> dict[str, list[float]]:
     import httpx2
     from mcp import Client, StdioServerParameters
     from mcp.client.streamable_http import streamable_http_client
@@ -97,9 +102,15 @@ async def _measure(url: str, key: str, data_file: Path, calls: int) -> dict[str,
     params = StdioServerParameters(command=sys.executable, args=["-m", "apps.demo.order_desk", "stdio"],
                                    env={"ORDER_DESK_DATA": str(data_file)}, cwd=str(ROOT))
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(60))
-    timings: dict[str, list[float]] = {"direct": [], "gateway": []}
-    async with Client(params) as direct, Client(streamable_http_client(url, http_client=http)) as via:
+    timings: dict[str, list[float]] = {"direct": [], "gateway": [], "floor": []}
+    async with contextlib.AsyncExitStack() as stack:
+        direct = await stack.enter_async_context(Client(params))
+        via = await stack.enter_async_context(Client(streamable_http_client(url, http_client=http)))
         sides = {"direct": (direct, "get_order_status"), "gateway": (via, "orders.get_order_status")}
+        if floor_url:
+            floor_http = httpx2.AsyncClient(timeout=httpx2.Timeout(60))
+            floor = await stack.enter_async_context(Client(streamable_http_client(floor_url, http_client=floor_http)))
+            sides["floor"] = (floor, "orders.get_order_status")
         for client, name in sides.values():
             for _ in range(WARMUP):
                 assert not (await client.call_tool(name, {"order_id": "A-1001"})).is_error
@@ -113,7 +124,7 @@ async def _measure(url: str, key: str, data_file: Path, calls: int) -> dict[str,
                     timings[side].append((time.perf_counter() - start) * 1000)
                     assert not result.is_error, result
             done += n
-        protocols = {"direct": direct.protocol_version, "gateway": via.protocol_version}
+        protocols = {side: client.protocol_version for side, (client, _) in sides.items()}
     return {**timings, "protocols": protocols}
 
 
@@ -130,23 +141,27 @@ def main(argv: list[str] | None = None) -> dict:
     os.environ["DATABASE_URL"] = database_url
     data_file = ROOT / "var" / "bench" / f"orders-{os.getpid()}.json"
     data_file.parent.mkdir(parents=True, exist_ok=True)
-    gateway = None
+    servers = []
     try:
         key = _prepare(data_file)
         from tests.processes import free_port, stop, wait_for_port
 
-        port = free_port()
-        log = data_file.with_suffix(".gateway.log")
-        with log.open("w") as out:
-            gateway = subprocess.Popen(
-                [sys.executable, "-m", "uvicorn", "config.gateway:app", "--host", "127.0.0.1", "--port", str(port),
-                 "--no-access-log", "--log-level", "warning"],
-                cwd=ROOT, env=os.environ.copy(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        wait_for_port(port, gateway, log)
-        timings = asyncio.run(_measure(f"http://127.0.0.1:{port}/mcp", key, data_file, args.calls))
+        urls = []
+        for app in ("config.gateway:app", "bench.gateway_floor:app"):
+            port = free_port()
+            log = data_file.with_suffix(f".{app.split('.')[-1].split(':')[0]}.log")
+            with log.open("w") as out:
+                servers.append(subprocess.Popen(
+                    [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+                     "--no-access-log", "--log-level", "warning"],
+                    cwd=ROOT, env={**os.environ, "ORDER_DESK_DATA": str(data_file)}, stdout=out,
+                    stderr=subprocess.STDOUT, start_new_session=True))
+            wait_for_port(port, servers[-1], log)
+            urls.append(f"http://127.0.0.1:{port}/mcp")
+        timings = asyncio.run(_measure(urls[0], key, data_file, args.calls, floor_url=urls[1]))
     finally:
-        if gateway is not None:
-            stop(gateway, timeout=15)
+        for server in servers:
+            stop(server, timeout=15)
         from django.db import connections
 
         connections.close_all()
@@ -154,21 +169,23 @@ def main(argv: list[str] | None = None) -> dict:
         for leftover in data_file.parent.glob(data_file.stem + ".*"):
             leftover.unlink(missing_ok=True)
     report = {"calls": args.calls, "protocols": timings["protocols"]}
-    for side in ("direct", "gateway"):
+    for side in SIDES:
         values = timings[side]
         report[side] = {"p50_ms": round(statistics.median(values), 3), "p95_ms": round(_quantile(values, 0.95), 3),
                         "mean_ms": round(statistics.fmean(values), 3)}
     report["p50_ratio"] = round(report["gateway"]["p50_ms"] / report["direct"]["p50_ms"], 2)
     report["p95_ratio"] = round(report["gateway"]["p95_ms"] / report["direct"]["p95_ms"], 2)
+    report["floor_p50_ratio"] = round(report["floor"]["p50_ms"] / report["direct"]["p50_ms"], 2)
     report["target_p50_ratio"] = 2.5
     report["ok"] = report["p50_ratio"] <= 2.5
     print(f"{'tools/call':<10} {'p50 ms':>9} {'p95 ms':>9} {'mean ms':>9}   ({args.calls} calls each)")
-    for side in ("direct", "gateway"):
+    for side in SIDES:
         r = report[side]
         print(f"{side:<10} {r['p50_ms']:>9.2f} {r['p95_ms']:>9.2f} {r['mean_ms']:>9.2f}   "
               f"protocol {timings['protocols'][side]}")
     print(f"{'ratio':<10} {report['p50_ratio']:>9.2f} {report['p95_ratio']:>9.2f}   "
-          f"target p50 <= 2.5: {'ok' if report['ok'] else 'MISSED'}")
+          f"target p50 <= 2.5: {'ok' if report['ok'] else 'MISSED'}; the SDK-only floor's p50 ratio: "
+          f"{report['floor_p50_ratio']:.2f}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     return report

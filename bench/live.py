@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager, suppress
+from datetime import UTC, datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -245,13 +246,17 @@ def _approver(setup):
 
 
 def approval(setup, *, samples: int) -> dict:
+    """Decision -> the approved call's `dispatched_at`, and, alternating with it, the broker hop alone: an
+    idle task (the worker heartbeat, one upsert) from enqueue to the time it stamps, on the same worker."""
     from apps.approvals.models import ApprovalRequest
+    from apps.core.models import WorkerHeartbeat
+    from apps.core.tasks import record_worker_heartbeat
     from apps.runs import services
     from apps.runs.models import Run, ToolCall
     from bench.engine import actor_for
 
     starter, approver = actor_for(setup), _approver(setup)
-    latencies = []
+    latencies, hops = [], []
     for index in range(samples + 2):  # two warm-up rounds
         run = services.start_run(actor=starter, crew_id=setup.hold_crew, inputs={})
         _wait(lambda run=run: Run.objects.filter(id=run.id, status="waiting").exists(), 60, "the run to wait")
@@ -265,9 +270,15 @@ def approval(setup, *, samples: int) -> dict:
                            .values_list("dispatched_at", flat=True).first(), 60, "the dispatch", interval=0.02)
         _wait(lambda run=run: Run.objects.filter(id=run.id, status="succeeded").exists(), 60, "the run to end",
               interval=0.02)
+        time.sleep(0.05)
+        enqueued = time.time()
+        record_worker_heartbeat.delay()
+        seen = _wait(lambda enqueued=enqueued: WorkerHeartbeat.objects.filter(seen_at__gte=datetime.fromtimestamp(
+            enqueued, UTC)).values_list("seen_at", flat=True).first(), 60, "the heartbeat", interval=0.02)
         if index >= 2:
             latencies.append((dispatched.timestamp() - started) * 1000)
-    return {"decide_to_dispatch_ms": latencies}
+            hops.append((seen.timestamp() - enqueued) * 1000)
+    return {"decide_to_dispatch_ms": latencies, "broker_hop_ms": hops}
 
 
 def _rss_mb(pid: int) -> float:
