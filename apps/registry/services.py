@@ -95,6 +95,10 @@ def _clean(data: dict[str, Any]) -> dict[str, Any]:
     data["headers"] = _string_map(data.get("headers"), "headers", HEADER_KEY_RE, errors)
     if not 1 <= int(data.get("timeout_s") or 30) <= 300:
         errors["timeout_s"] = "Between 1 and 300 seconds."
+    for column in ("command", "cwd", "url"):  # the columns' limits, checked here on every database
+        limit = McpServer._meta.get_field(column).max_length
+        if len(data.get(column) or "") > limit:
+            errors[column] = f"At most {limit} characters."
     if data.get("transport") == Transport.STDIO:
         if not (data.get("command") or "").strip():
             errors["command"] = "A stdio server needs a command."

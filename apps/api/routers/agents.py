@@ -3,9 +3,10 @@ from typing import Any, Literal
 from uuid import UUID
 
 from ninja import Field, Router, Schema, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
 from apps.agents import selectors, services
+from apps.api.pagination import Pagination
 
 router = Router(tags=["agents"])
 
@@ -133,7 +134,7 @@ def _values(payload: Schema, *, exclude_unset: bool = False) -> dict[str, Any]:
 
 
 @router.get("", response=list[AgentOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_agents(request):
     request.auth.require("org.view")
     return selectors.org_agents(org_id=request.auth.org_id)
@@ -165,7 +166,7 @@ def delete_agent(request, agent_id: UUID):
 
 
 @router.get("/{agent_id}/versions", response=list[VersionOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_versions(request, agent_id: UUID):
     request.auth.require("org.view")
     return selectors.agent_versions(agent=selectors.get_agent(org_id=request.auth.org_id, agent_id=agent_id))

@@ -3,8 +3,9 @@ from typing import Any, Literal
 from uuid import UUID
 
 from ninja import Router, Schema
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
+from apps.api.pagination import Pagination
 from apps.approvals import selectors
 from apps.runs import services
 
@@ -79,7 +80,7 @@ class DecisionIn(Schema):
 
 
 @router.get("", response=list[ApprovalOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_approvals(request, status: Literal["pending", "approved", "rejected", "expired"] | None = None,
                    crew: UUID | None = None, agent: UUID | None = None, server: UUID | None = None,
                    risk: Literal["read", "write", "dangerous"] | None = None,

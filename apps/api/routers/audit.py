@@ -3,8 +3,10 @@ from typing import Any
 from uuid import UUID
 
 from ninja import Query, Router, Schema
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
+from apps.api.instants import Instant
+from apps.api.pagination import Pagination
 from apps.audit import selectors
 
 router = Router(tags=["audit"])
@@ -29,14 +31,14 @@ class AuditOut(Schema):
 
 
 class AuditFilters(Schema):
-    since: datetime | None = None
-    until: datetime | None = None
+    since: Instant | None = None
+    until: Instant | None = None
     actor: str = ""
     action: str = ""
 
 
 @router.get("", response=list[AuditOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_audit(request, filters: Query[AuditFilters]):
     request.auth.require("audit.view")
     return selectors.audit_events(org_id=request.auth.org_id, **filters.dict())

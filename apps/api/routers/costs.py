@@ -1,10 +1,11 @@
-from datetime import date, datetime
+from datetime import date
 from decimal import Decimal
 from uuid import UUID
 
 from ninja import Query, Router, Schema, Status
 
 from apps.agents import selectors as agents
+from apps.api.instants import Instant
 from apps.costs import selectors, services
 from apps.crews import selectors as crews
 
@@ -25,8 +26,8 @@ class CostRowOut(Schema):
 
 class CostFilters(Schema):
     group_by: str = "day"
-    since: date | datetime | None = None
-    until: date | datetime | None = None
+    since: date | Instant | None = None
+    until: date | Instant | None = None
 
 
 @router.get("", response=list[CostRowOut])

@@ -4,8 +4,9 @@ from typing import Any, Literal
 from uuid import UUID
 
 from ninja import Field, Router, Schema, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
+from apps.api.pagination import Pagination
 from apps.crews import selectors, services
 
 router = Router(tags=["crews"])
@@ -116,7 +117,7 @@ class VersionOut(Schema):
 
 
 @router.get("", response=list[CrewOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_crews(request):
     request.auth.require("org.view")
     return selectors.org_crews(org_id=request.auth.org_id)
@@ -150,7 +151,7 @@ def delete_crew(request, crew_id: UUID):
 
 
 @router.get("/{crew_id}/versions", response=list[VersionOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_versions(request, crew_id: UUID):
     request.auth.require("org.view")
     return selectors.crew_versions(crew=selectors.get_crew(org_id=request.auth.org_id, crew_id=crew_id))

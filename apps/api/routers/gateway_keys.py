@@ -3,8 +3,9 @@ from uuid import UUID
 
 from django.conf import settings
 from ninja import Field, Router, Schema, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
+from apps.api.pagination import Pagination
 from apps.gateway import selectors, services
 
 router = Router(tags=["gateway"])
@@ -37,7 +38,7 @@ class GatewayKeyCreated(Schema):
 
 
 @router.get("", response=list[GatewayKeyOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_keys(request):
     request.auth.require("tokens.manage")
     return selectors.org_keys(org_id=request.auth.org_id)

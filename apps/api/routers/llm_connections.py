@@ -3,9 +3,10 @@ from typing import Literal
 from uuid import UUID
 
 from ninja import Field, Router, Schema, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
 from apps.agents import selectors, services
+from apps.api.pagination import Pagination
 
 router = Router(tags=["llm-connections"])
 ProviderName = Literal["scripted", "openai", "openai_compatible", "anthropic"]
@@ -55,7 +56,7 @@ class TestOut(Schema):
 
 
 @router.get("", response=list[ConnectionOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_connections(request):
     request.auth.require("org.view")
     return selectors.org_connections(org_id=request.auth.org_id)

@@ -2,10 +2,11 @@ from datetime import datetime
 from uuid import UUID
 
 from ninja import Router, Schema, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
 from apps.accounts import selectors, services
 from apps.accounts.roles import Role
+from apps.api.pagination import Pagination
 
 router = Router(tags=["members"])
 
@@ -36,7 +37,7 @@ class RolePatch(Schema):
 
 
 @router.get("", response=list[MemberOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_members(request):
     request.auth.require("org.view")
     return selectors.org_members(org_id=request.auth.org_id)

@@ -4,8 +4,10 @@ from typing import Any
 from uuid import UUID
 
 from ninja import Router, Schema, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
+from apps.api.instants import Instant
+from apps.api.pagination import Pagination
 from apps.runs import selectors, services
 
 router = Router(tags=["runs"])
@@ -59,9 +61,9 @@ def start_run(request, crew_id: UUID, payload: RunIn):
 
 
 @router.get("", response=list[RunOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_runs(request, status: str | None = None, crew: UUID | None = None, agent: UUID | None = None,
-              since: datetime | None = None, until: datetime | None = None):
+              since: Instant | None = None, until: Instant | None = None):
     request.auth.require("org.view")
     return selectors.org_runs(org_id=request.auth.org_id, status=status, crew_id=crew, agent_id=agent, since=since,
                               until=until)

@@ -3,8 +3,9 @@ from typing import Any
 from uuid import UUID
 
 from ninja import Field, Router, Schema, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
+from apps.api.pagination import Pagination
 from apps.registry import selectors, services
 from apps.registry.models import Transport, TrustTier
 
@@ -79,7 +80,7 @@ class SyncOut(Schema):
 
 
 @router.get("", response=list[ServerOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_servers(request):
     request.auth.require("org.view")
     return selectors.servers_for_org(org_id=request.auth.org_id)

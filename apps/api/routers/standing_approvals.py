@@ -2,8 +2,9 @@ from datetime import datetime
 from uuid import UUID
 
 from ninja import Router, Schema
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
+from apps.api.pagination import Pagination
 from apps.approvals import standing
 
 router = Router(tags=["approvals"])
@@ -37,7 +38,7 @@ class StandingOut(Schema):
 
 
 @router.get("", response=list[StandingOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_standing(request, live: bool = False):
     request.auth.require("org.view")
     return standing.org_standing(org_id=request.auth.org_id, live_only=live)

@@ -3,9 +3,10 @@ from typing import Literal
 from uuid import UUID
 
 from ninja import Field, Router, Schema, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
 from apps.accounts import selectors, services
+from apps.api.pagination import Pagination
 
 router = Router(tags=["tokens"])
 
@@ -31,7 +32,7 @@ class TokenCreated(Schema):
 
 
 @router.get("", response=list[TokenOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_tokens(request):
     request.auth.require("tokens.manage")
     return selectors.org_tokens(org_id=request.auth.org_id)

@@ -3,8 +3,9 @@ from typing import Any, Literal
 from uuid import UUID
 
 from ninja import Field, Router, Schema
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
+from apps.api.pagination import Pagination
 from apps.runs import selectors, services
 
 router = Router(tags=["tool calls"])
@@ -57,7 +58,7 @@ class ResolveIn(Schema):
 
 
 @router.get("", response=list[ToolCallOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_tool_calls(request, state: States | None = None):
     """The organisation's tool calls, newest first. `?state=unknown` lists the calls a worker sent and
     never heard back about: each waits for a person to say whether it happened (`POST .../resolve`)."""

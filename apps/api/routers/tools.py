@@ -3,8 +3,9 @@ from typing import Any
 from uuid import UUID
 
 from ninja import Query, Router, Schema
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
+from apps.api.pagination import Pagination
 from apps.registry import selectors, services
 from apps.registry.models import Risk, ToolState
 
@@ -56,7 +57,7 @@ class ToolPatch(Schema):
 
 
 @router.get("", response=list[ToolOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_tools(request, filters: Query[ToolFilters]):
     request.auth.require("org.view")
     return selectors.tools_for_org(org_id=request.auth.org_id, server=filters.server or None,

@@ -2,8 +2,9 @@ from datetime import datetime
 from uuid import UUID
 
 from ninja import Field, Router, Schema, Status
-from ninja.pagination import LimitOffsetPagination, paginate
+from ninja.pagination import paginate
 
+from apps.api.pagination import Pagination
 from apps.notifications import selectors, services
 
 router = Router(tags=["webhooks"])
@@ -48,7 +49,7 @@ class DeliveryOut(Schema):
 
 
 @router.get("", response=list[WebhookOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_webhooks(request):
     request.auth.require("members.manage")
     return selectors.org_webhooks(org_id=request.auth.org_id)
@@ -62,7 +63,7 @@ def create_webhook(request, payload: WebhookIn):
 
 
 @router.get("/deliveries", response=list[DeliveryOut])
-@paginate(LimitOffsetPagination)
+@paginate(Pagination)
 def list_deliveries(request):
     request.auth.require("members.manage")
     return selectors.recent_deliveries(org_id=request.auth.org_id, limit=500)
