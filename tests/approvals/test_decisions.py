@@ -250,6 +250,7 @@ def test_two_of_two_votes_are_counted_chained_in_the_audit_and_the_run_resumes_o
     assert "waiting_since" not in run.state and run.state["waited_s"] > 0
 
 
+@pytest.mark.stack  # pg_terminate_backend
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_keeps_its_connection_between_tasks_and_replaces_one_the_database_dropped(desk, org,
                                                                                          process_logs):

@@ -134,12 +134,21 @@ def fault_redis(tmp_path_factory):
     server.stop()
 
 
-def _point_celery_at(url: str) -> None:
+def _point_celery_at(url: str, options: dict | None = None) -> dict:
+    """Points this process's Celery at `url` with the transport options the workers there use (a Redis
+    broker's, with this session's key prefix, also when this process itself runs embedded). Returns the
+    options it replaced."""
+    from django.conf import settings
+
     from config.celery import app
 
+    before = app.conf.broker_transport_options
     app._pool = None  # kombu keeps the pools per URL: the old one stays usable for whoever comes next
     app.amqp._producer_pool = None
     app.conf.broker_url = url
+    app.conf.broker_transport_options = options if options is not None else {
+        "visibility_timeout": 3600, "global_keyprefix": f"{settings.RUN_ID}:"}
+    return before
 
 
 @pytest.fixture
@@ -150,9 +159,9 @@ def broker(fault_redis):
     if fault_redis.proc.poll() is not None:  # a test left it stopped
         fault_redis.start()
     before = app.conf.broker_url
-    _point_celery_at(fault_redis.url)
+    options = _point_celery_at(fault_redis.url)
     yield fault_redis
-    _point_celery_at(before)
+    _point_celery_at(before, options)
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from django.db import connection
 
 from tests.reliability.conftest import lease_runs_out, settle, wait_in_flight
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.stack]
 
 
 def terminate_other_connections() -> int:

@@ -44,7 +44,7 @@ from tests.processes import free_port, run_async, wait_for_port
 from tests.registry.conftest import SERVERS as REGISTRY_SERVERS
 from tests.security.routes import operations, pages
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.stack]  # Redis MONITOR, Postgres's catalog
 
 ROOT = Path(__file__).resolve().parents[2]
 WITNESS = Path(__file__).resolve().parent / "servers" / "witness.py"
