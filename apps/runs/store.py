@@ -18,7 +18,6 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Subquery
 from django.utils import timezone
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
 
@@ -58,6 +57,26 @@ def _live_tool_read() -> tuple[Columns, Columns, str]:
     tool, server = Columns(Tool, LIVE_TOOL_FIELDS, "t"), Columns(McpServer, LIVE_SERVER_FIELDS, "s")
     return tool, server, (f"SELECT {tool.sql}, {server.sql} FROM {tool.table} t JOIN {server.table} s "  # noqa: S608
                           "ON s.id = t.server_id WHERE t.org_id = %s AND t.qualified_name = %s")
+
+
+# A new task's first reads of the turn in progress and its last model call's ledger rows (with their
+# approvals): a resumed run makes them between a person's decision and the approved call.
+@functools.cache
+def _turn_read() -> tuple[Columns, str]:
+    turn = Columns(RunStep, [f.name for f in RunStep._meta.concrete_fields], "s")
+    return turn, f"SELECT {turn.sql} FROM {turn.table} s WHERE s.run_id = %s AND s.id = %s"  # noqa: S608
+
+
+@functools.cache
+def _last_calls_read() -> tuple[Columns, Columns, str]:
+    calls = Columns(ToolCall, [f.name for f in ToolCall._meta.concrete_fields], "t")
+    requests = Columns(ApprovalRequest, [f.name for f in ApprovalRequest._meta.concrete_fields], "a")
+    steps = RunStep._meta.db_table
+    return calls, requests, (
+        f"SELECT {calls.sql}, {requests.sql} FROM {calls.table} t "  # noqa: S608
+        f"LEFT JOIN {requests.table} a ON a.id = t.approval_id "
+        f"WHERE t.step_id = (SELECT l.id FROM {steps} l WHERE l.parent_id = %s AND l.kind = 'llm' "
+        "ORDER BY l.position DESC LIMIT 1) ORDER BY t.position")
 
 
 def lease_seconds() -> int:
@@ -274,7 +293,11 @@ class RunStore:
         if not step_id:
             return None
         if self._turn is None or str(self._turn.id) != str(step_id):
-            self._turn = RunStep.objects.filter(run_id=self.run_id, id=step_id).first()
+            columns, sql = _turn_read()
+            with connection.cursor() as cursor:
+                cursor.execute(sql, [columns.param("run", self.run_id), columns.param("id", step_id)])
+                row = cursor.fetchone()
+            self._turn = columns.instance(row) if row is not None else None
         return self._turn
 
     def messages(self, turn: RunStep) -> list[ModelMessage]:
@@ -432,11 +455,16 @@ class RunStore:
         step = self._last_call.get(str(turn.id))
         if step is not None:
             return list(self._rows[str(step.id)])
-        last = RunStep.objects.filter(parent=turn, kind=StepKind.LLM).order_by("-position").values("id")[:1]
-        rows = list(ToolCall.objects.filter(step_id=Subquery(last)).select_related("approval").order_by("position"))
-        for row in rows:  # read this step: `approval()` needs not read them again before the next refresh
-            if row.approval_id:
-                self._live[f"approval:{row.approval_id}"] = row.approval
+        calls, requests, sql = _last_calls_read()
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [calls.param("step", turn.id)])
+            found = cursor.fetchall()
+        rows = []
+        for values in found:
+            row = calls.instance(values[:len(calls)])
+            if row.approval_id:  # read this step: `approval()` needs not read it again before the next refresh
+                row.approval = self._live[f"approval:{row.approval_id}"] = requests.instance(values[len(calls):])
+            rows.append(row)
         return rows
 
     def _decided_calls(self) -> Counter[tuple[str, str]]:
