@@ -187,7 +187,10 @@ def run_steps(args, python, theirs_db, setup, report, table) -> None:
 
     sizes = [5, 20] if args.quick else [5, 20, 100]
     passes = args.passes or (2 if args.quick else 5)
-    rounds = 1 if args.quick else 2  # theirs, ours, theirs, ours: both sides see the same machine
+    # One pass of each side per round (theirs, theirs over MCP, ours), as many rounds as passes: the speed of
+    # these machines drifts by tens of percent from one minute to the next (two full runs an hour apart on
+    # 1 December gave ratios of 1.31 and 1.92), so both sides must share the same minutes.
+    rounds, passes = passes, 1
     # the info rows: LangGraph with the same stdio MCP tool (20 steps), and each step minus its tool call
     parts = ("tool_ms", "net_ms")
     ours_data, theirs_data, theirs_mcp, split = {}, {}, {}, {}
