@@ -42,6 +42,7 @@ def manage(checkout: Path, *args: str) -> str:
     result = subprocess.run([sys.executable, "manage.py", *args], cwd=checkout, env=embedded_env() | {"DEBUG": "1"},
                             capture_output=True, text=True, timeout=180)
     assert result.returncode == 0, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr, result.stderr  # what a newcomer's terminal shows
     return result.stdout
 
 

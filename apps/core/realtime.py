@@ -123,7 +123,11 @@ class _Sender:
 
 
 _sender = _Sender()
-atexit.register(_sender.flush, 2.0)
+# Sent before the interpreter stops the thread pools the embedded layer writes through: a plain atexit
+# hook runs after them, and a command that published just before it exits (seed_demo's demo run)
+# printed "cannot schedule new futures after shutdown" tracebacks and lost its last messages.
+# threading._register_atexit is the hook concurrent.futures itself uses for that shutdown.
+getattr(threading, "_register_atexit", atexit.register)(_sender.flush, 2.0)
 
 
 def publish(group: str, event: str, **data: Any) -> None:
