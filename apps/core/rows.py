@@ -17,6 +17,13 @@ from django.db import connections
 from django.db.models import Model
 
 
+def fetch(sql: str, params: Sequence[Any], *, using: str = "default") -> list[tuple]:
+    """The rows of one statement built from `Columns`."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
+
+
 class Columns:
     """Some of a model's columns, as `alias.column` SQL, and the way back from a row to the model."""
 

@@ -27,7 +27,7 @@ from apps.approvals import services as approvals
 from apps.approvals import standing
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
-from apps.core.rows import Columns
+from apps.core.rows import Columns, fetch
 from apps.costs import selectors as costs_selectors
 from apps.costs import services as costs
 from apps.costs.models import ModelPrice, UsageRecord
@@ -185,12 +185,10 @@ class RunStore:
         they never change after the run starts, so they are kept, not parsed again each step."""
         if not self._fresh:
             columns, sql = _run_read()
-            with connection.cursor() as cursor:
-                cursor.execute(sql, [columns.param("id", self.run_id)])
-                row = cursor.fetchone()
-            if row is None:
+            found = fetch(sql, [columns.param("id", self.run_id)])
+            if not found:
                 raise Run.DoesNotExist(f"No run {self.run_id}.")
-            columns.assign(self.run, row)
+            columns.assign(self.run, found[0])
         self._fresh = False
         self._live.clear()
         return self.run
@@ -294,10 +292,8 @@ class RunStore:
             return None
         if self._turn is None or str(self._turn.id) != str(step_id):
             columns, sql = _turn_read()
-            with connection.cursor() as cursor:
-                cursor.execute(sql, [columns.param("run", self.run_id), columns.param("id", step_id)])
-                row = cursor.fetchone()
-            self._turn = columns.instance(row) if row is not None else None
+            found = fetch(sql, [columns.param("run", self.run_id), columns.param("id", step_id)])
+            self._turn = columns.instance(found[0]) if found else None
         return self._turn
 
     def messages(self, turn: RunStep) -> list[ModelMessage]:
@@ -456,11 +452,8 @@ class RunStore:
         if step is not None:
             return list(self._rows[str(step.id)])
         calls, requests, sql = _last_calls_read()
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [calls.param("step", turn.id)])
-            found = cursor.fetchall()
         rows = []
-        for values in found:
+        for values in fetch(sql, [calls.param("step", turn.id)]):
             row = calls.instance(values[:len(calls)])
             if row.approval_id:  # read this step: `approval()` needs not read it again before the next refresh
                 row.approval = self._live[f"approval:{row.approval_id}"] = requests.instance(values[len(calls):])
@@ -619,11 +612,8 @@ class RunStore:
             # Only what the policy and the call need: the rows' schemas, definitions and encrypted secrets
             # cost more to load than the query (the pool decrypts a server's secrets once per change).
             tool, server, sql = _live_tool_read()
-            with connection.cursor() as cursor:
-                cursor.execute(sql, [tool.param("org", self.run.org_id), qualified_name])
-                row = cursor.fetchone()
             live = None
-            if row is not None:
+            for row in fetch(sql, [tool.param("org", self.run.org_id), qualified_name]):  # one at most
                 live = tool.instance(row[:len(tool)])
                 live.server = server.instance(row[len(tool):])
             self._live[qualified_name] = live
