@@ -1,4 +1,4 @@
-"""The engine's loop: plain Python over a `RunStore` (apps/runs/store.py), no request, no ORM of its own.
+"""The engine's loop: plain Python over a `RunStore` (apps/runs/store/), no request, no ORM of its own.
 
 `advance(store)` does a bounded number of steps of one claimed run and says what happened:
 "continue" (more to do: the caller re-enqueues), "waiting" (parked for people) or "finished".

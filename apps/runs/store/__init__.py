@@ -3,11 +3,13 @@
 The engine (apps/runs/engine/) is plain Python over this object. Each method is its own
 transaction (or joins the caller's), appends the run events for what it changed and publishes
 them after commit, so the engine commits every step before the next.
+
+A package: the ledger's methods are `store/ledger.py` (a mixin), the SQL built once and the small
+helpers `store/reads.py`.
 """
 
 from __future__ import annotations
 
-import functools
 import json
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -16,89 +18,40 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter, ModelResponse
+from pydantic_ai.messages import ModelMessage, ModelResponse
 
 from apps.agents.models import LlmConnection
 from apps.agents.providers import ConnectionSpec
 from apps.approvals import services as approvals
-from apps.approvals import standing
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
-from apps.audit import services as audit
-from apps.core.rows import Columns, fetch
+from apps.core.rows import fetch
 from apps.costs import selectors as costs_selectors
 from apps.costs import services as costs
 from apps.costs.models import ModelPrice, UsageRecord
 from apps.costs.pricing import find_override, price_call
 from apps.costs.rollup import FirstCalls
 from apps.notifications.services import notify
-from apps.registry.models import McpServer, Tool
-from apps.registry.pool import LIVE_SERVER_FIELDS
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.events import Totals, append_events, publish_status
 from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolCall
+from apps.runs.store.ledger import Ledger
+from apps.runs.store.reads import (
+    dump_messages,
+    lease_seconds,
+    load_messages,
+    lock_pending_requests,
+    run_read,
+    turn_read,
+)
 
-APPROVAL_TTL = timedelta(hours=24)
-LIVE_TOOL_FIELDS = ("id", "org_id", "qualified_name", "state", "risk", "definition_hash", "pinned_hash", "server")
+__all__ = ["RunStore", "dump_messages", "lease_seconds", "load_messages", "lock_pending_requests"]
+
 _APPEND_MESSAGES_SQL = "UPDATE runs_runstep SET messages = messages || %s::jsonb, updated_at = %s WHERE id = %s"
 
 
-# The two reads of every engine step, as SQL built once per process from the models (apps/core/rows.py).
-@functools.cache
-def _run_read() -> tuple[Columns, str]:
-    run = Columns(Run, [f.name for f in Run._meta.concrete_fields if f.name not in ("snapshot", "inputs")], "r")
-    return run, f"SELECT {run.sql} FROM {run.table} r WHERE r.id = %s"  # noqa: S608 (column names only)
-
-
-@functools.cache
-def _live_tool_read() -> tuple[Columns, Columns, str]:
-    tool, server = Columns(Tool, LIVE_TOOL_FIELDS, "t"), Columns(McpServer, LIVE_SERVER_FIELDS, "s")
-    return tool, server, (f"SELECT {tool.sql}, {server.sql} FROM {tool.table} t JOIN {server.table} s "  # noqa: S608
-                          "ON s.id = t.server_id WHERE t.org_id = %s AND t.qualified_name = %s")
-
-
-# A new task's first reads of the turn in progress and its last model call's ledger rows (with their
-# approvals): a resumed run makes them between a person's decision and the approved call.
-@functools.cache
-def _turn_read() -> tuple[Columns, str]:
-    turn = Columns(RunStep, [f.name for f in RunStep._meta.concrete_fields], "s")
-    return turn, f"SELECT {turn.sql} FROM {turn.table} s WHERE s.run_id = %s AND s.id = %s"  # noqa: S608
-
-
-@functools.cache
-def _last_calls_read() -> tuple[Columns, Columns, str]:
-    calls = Columns(ToolCall, [f.name for f in ToolCall._meta.concrete_fields], "t")
-    requests = Columns(ApprovalRequest, [f.name for f in ApprovalRequest._meta.concrete_fields], "a")
-    steps = RunStep._meta.db_table
-    return calls, requests, (
-        f"SELECT {calls.sql}, {requests.sql} FROM {calls.table} t "  # noqa: S608
-        f"LEFT JOIN {requests.table} a ON a.id = t.approval_id "
-        f"WHERE t.step_id = (SELECT l.id FROM {steps} l WHERE l.parent_id = %s AND l.kind = 'llm' "
-        "ORDER BY l.position DESC LIMIT 1) ORDER BY t.position")
-
-
-def lease_seconds() -> int:
-    return int(getattr(settings, "AIRLOCK_RUN_LEASE_S", 120))
-
-
-def dump_messages(messages: list[ModelMessage]) -> list[dict[str, Any]]:
-    return ModelMessagesTypeAdapter.dump_python(messages, mode="json")
-
-
-def load_messages(data: list[dict[str, Any]] | None) -> list[ModelMessage]:
-    return ModelMessagesTypeAdapter.validate_python(data or [])
-
-
-def lock_pending_requests(run_id: Any) -> list[ApprovalRequest]:
-    """Locks the run's pending approval requests. Whoever locks both a run's requests and the run itself
-    locks the requests first (as deciding does), so a decision and a cancel cannot deadlock."""
-    return list(ApprovalRequest.objects.select_for_update().filter(run_id=run_id, status=ApprovalStatus.PENDING)
-                .order_by("id"))
-
-
-class RunStore:
+class RunStore(Ledger):
     def __init__(self, run_id: str, lease_owner: str, *, run: Run | None = None) -> None:
         """`run`: the row as the caller read it just now (the claim), so the first step need not read it."""
         self.run_id, self.lease_owner = str(run_id), lease_owner
@@ -184,7 +137,7 @@ class RunStore:
         """Re-reads the run row at a step boundary (cancel, lease, counters), all but the snapshot and inputs:
         they never change after the run starts, so they are kept, not parsed again each step."""
         if not self._fresh:
-            columns, sql = _run_read()
+            columns, sql = run_read()
             found = fetch(sql, [columns.param("id", self.run_id)])
             if not found:
                 raise Run.DoesNotExist(f"No run {self.run_id}.")
@@ -291,7 +244,7 @@ class RunStore:
         if not step_id:
             return None
         if self._turn is None or str(self._turn.id) != str(step_id):
-            columns, sql = _turn_read()
+            columns, sql = turn_read()
             found = fetch(sql, [columns.param("run", self.run_id), columns.param("id", step_id)])
             self._turn = columns.instance(found[0]) if found else None
         return self._turn
@@ -442,182 +395,6 @@ class RunStore:
             self.save_state(state=state)
             self.event("agent.finished", step_id=str(turn.id), agent=turn.agent_name, task=turn.task, status=status,
                        reason=reason[:500])
-
-    # --- the ledger -----------------------------------------------------------------------------
-
-    def last_calls(self, turn: RunStep) -> list[ToolCall]:
-        """The ledger rows of the turn's last model call: as this store created them (set_call keeps them
-        current), or, in a new task, from the table in one query (with their approvals)."""
-        step = self._last_call.get(str(turn.id))
-        if step is not None:
-            return list(self._rows[str(step.id)])
-        calls, requests, sql = _last_calls_read()
-        rows = []
-        for values in fetch(sql, [calls.param("step", turn.id)]):
-            row = calls.instance(values[:len(calls)])
-            if row.approval_id:  # read this step: `approval()` needs not read it again before the next refresh
-                row.approval = self._live[f"approval:{row.approval_id}"] = requests.instance(values[len(calls):])
-            rows.append(row)
-        return rows
-
-    def _decided_calls(self) -> Counter[tuple[str, str]]:
-        """Read once per store; then `set_call` counts each row leaving `proposed` (this worker is the
-        only one deciding this run's calls while it holds the lease)."""
-        if self._decided is None:
-            self._decided = Counter(ToolCall.objects.filter(run_id=self.run_id).exclude(state=CallState.PROPOSED)
-                                    .values_list("qualified_name", "args_hash"))
-        return self._decided
-
-    def count_calls(self) -> int:
-        return sum(self._decided_calls().values())
-
-    def count_same_calls(self, row: ToolCall) -> int:
-        """Earlier calls of this run with the same tool and argument hash (`row` itself is still proposed)."""
-        return self._decided_calls()[(row.qualified_name, row.args_hash)]
-
-    def set_call(self, row: ToolCall, *, expect: str, event: str | None = None, event_data: dict | None = None,
-                 **fields: Any) -> bool:
-        """A conditional ledger transition (state `expect` -> fields['state']); False when it was not in `expect`."""
-        with self.atomic():
-            return self._transition(row, expect=expect, event=event, event_data=event_data, **fields)
-
-    def _transition(self, row: ToolCall, *, expect: str, event: str | None, event_data: dict | None,
-                    **fields: Any) -> bool:
-        updated = ToolCall.objects.filter(id=row.id, state=expect).update(**fields, updated_at=timezone.now())
-        if not updated:
-            return False
-        self._applied(row, expect=expect, event=event, event_data=event_data, fields=fields)
-        return True
-
-    def _applied(self, row: ToolCall, *, expect: str, event: str | None, event_data: dict | None,
-                 fields: dict[str, Any]) -> None:
-        """What follows a ledger transition written: counts, the row in memory, its event, its audit."""
-        if expect == CallState.PROPOSED and self._decided is not None:
-            self._decided[(row.qualified_name, row.args_hash)] += 1
-        for key, value in fields.items():
-            setattr(row, key, value)
-        if event:
-            self.event(event, tool_call_id=str(row.id), tool=row.qualified_name, **(event_data or {}))
-        if fields.get("state") == CallState.UNKNOWN:  # a person must resolve it: it joins the inbox's count
-            approvals.publish_inbox_count(org_id=self.run.org_id)
-        if fields.get("state") == CallState.DENIED:  # policy denials (at offer or dispatch) are audited
-            audit.record(org_id=self.run.org_id, actor=None, action="policy.denied", target=row,
-                         target_label=row.qualified_name,
-                         data={"run_id": self.run_id, "crew": self.run.crew_name, "rule": row.rule,
-                               "reason": row.reason[:500], "args_hash": row.args_hash})
-
-    def decide_call(self, row: ToolCall, *, state: str, decision: str, rule: str, reason: str,
-                    error_class: str = "") -> None:
-        self.set_call(row, expect=CallState.PROPOSED, state=state, decision=decision, rule=rule, reason=reason,
-                      error_class=error_class, decided_at=timezone.now(), event="tool.decided",
-                      event_data={"decision": decision, "state": state, "rule": rule, "reason": reason})
-
-    def hold_call(self, row: ToolCall, *, rule: str, reason: str, tool: dict[str, Any] | None, turn: RunStep,
-                  required_approvals: int = 1) -> ApprovalRequest:
-        """`proposed -> held` and an approval request, in one transaction."""
-        crew = self.run.snapshot.get("crew", {})
-        ttl = timedelta(hours=crew["approval_ttl_hours"]) if crew.get("approval_ttl_hours") else APPROVAL_TTL
-        required_approvals = max(required_approvals, int(crew.get("approvals_required") or 1))
-        with self.atomic():
-            request = approvals.open_request(
-                org_id=self.run.org_id, run_id=self.run_id, tool_call_id=row.id, agent_id=turn.agent_id,
-                tool_id=(tool or {}).get("id"), title=f"{row.qualified_name} by {turn.agent_name}",
-                arguments=row.arguments, args_hash=row.args_hash, definition_hash=row.definition_hash,
-                risk=(tool or {}).get("risk", ""), reason=reason, rule=rule,
-                context={"task": turn.task, "agent": turn.agent_name, "crew": self.run.crew_name,
-                         "crew_id": str(self.run.crew_id) if self.run.crew_id else None,
-                         "server": (tool or {}).get("server", ""), "trust_tier": (tool or {}).get("trust_tier", ""),
-                         "description": (tool or {}).get("description", ""), "tainted": self.run.tainted},
-                expires_at=timezone.now() + ttl, requested_by_user_id=self.run.started_by_id,
-                required_approvals=required_approvals)
-            self.set_call(row, expect=CallState.PROPOSED, state=CallState.HELD, decision="hold", rule=rule,
-                          reason=reason, approval=request, decided_at=timezone.now(), event="tool.decided",
-                          event_data={"decision": "hold", "state": "held", "rule": rule, "reason": reason})
-            self.event("approval.requested", approval_id=str(request.id), tool_call_id=str(row.id),
-                       tool=row.qualified_name, reason=reason)
-        return request
-
-    def standing_approval(self, *, agent: dict[str, Any], tool: dict[str, Any] | None,
-                          arguments: dict[str, Any] | None) -> str | None:
-        """The id of a person's standing approval covering this call (policy input), or None."""
-        match = standing.matching_standing(org_id=self.run.org_id, run_id=self.run_id, agent_id=agent.get("id"),
-                                           tool_id=(tool or {}).get("id"), risk=(tool or {}).get("risk", ""),
-                                           arguments=arguments)
-        return str(match.id) if match else None
-
-    def record_standing_hit(self, standing_id: str, row: ToolCall) -> str:
-        """Counts the hit; returns the standing approval's label for the call's reason."""
-        return standing.record_hit(standing_id=standing_id, run_id=self.run_id, tool_call_id=row.id)
-
-    def approval(self, row: ToolCall) -> ApprovalRequest | None:
-        """The row's approval request, read once per step (following it and dispatching read the same)."""
-        if not row.approval_id:
-            return None
-        key = f"approval:{row.approval_id}"
-        if key not in self._live:
-            self._live[key] = ApprovalRequest.objects.filter(id=row.approval_id).first()
-        return self._live[key]
-
-    def complete_call(self, row: ToolCall, *, state: str, result: dict[str, Any] | None, error: str = "",
-                      error_class: str = "", findings: list[dict[str, Any]] | None = None,
-                      defer: bool = False) -> bool:
-        """`dispatched -> state`. False when the row is no longer `dispatched` (another worker found it in
-        flight and made it `unknown`). `defer`: written with the store's next transaction (see `atomic`),
-        which raises LeaseLost in that case; the row in memory changes now."""
-        fields = dict(state=state, result=result, error=error[:4000], error_class=error_class,
-                      findings=findings or [], finished_at=timezone.now())
-        event_data = {"state": state, "is_error": bool(result and result.get("is_error")), "error": error[:300],
-                      "findings": len(findings or [])}
-        if not defer:
-            return self.set_call(row, expect=CallState.DISPATCHED, event="tool.completed", event_data=event_data,
-                                 **fields)
-
-        def write() -> None:
-            if not self._transition(row, expect=CallState.DISPATCHED, event="tool.completed",
-                                    event_data=event_data, **fields):
-                raise LeaseLost(self.run_id)  # another worker made the row `unknown`: the run is theirs
-
-        self._deferred.append(write)
-        for key, value in fields.items():
-            setattr(row, key, value)
-        return True
-
-    def dispatch_call(self, row: ToolCall, *, expect: str, fields: dict[str, Any] | None = None,
-                      event: str | None = None, event_data: dict[str, Any] | None = None) -> bool:
-        """`expect -> dispatched`, committed before the request leaves. `fields`/`event`: the decision that
-        lets the row out of `proposed` or `held` (the policy's allow, a person's approval), in the same
-        commit: nobody waits on an `approved` row in between. False when the row was not in `expect`."""
-        changes = {**(fields or {}), "state": CallState.DISPATCHED, "dispatched_at": timezone.now(),
-                   "attempts": row.attempts + 1}
-        # The usual step: the model call that asked for it is still unwritten, so the row is inserted by the
-        # transaction below (its deferred writes come first) already `dispatched`: no UPDATE.
-        inserting = row.id in self._unsaved
-        if inserting:
-            if row.state != expect:
-                return False
-            for key, value in changes.items():
-                setattr(row, key, value)
-        with self.atomic():
-            if inserting:
-                self._applied(row, expect=expect, event=event, event_data=event_data, fields=changes)
-            elif not self._transition(row, expect=expect, event=event, event_data=event_data, **changes):
-                return False
-            self.event("tool.dispatched", tool_call_id=str(row.id), tool=row.qualified_name)
-        return True
-
-    def live_tool(self, qualified_name: str) -> Tool | None:
-        """The registry's row now (with its server), read once per step: the policy at proposal and the
-        re-check at dispatch a moment later see the same state."""
-        if qualified_name not in self._live:
-            # Only what the policy and the call need: the rows' schemas, definitions and encrypted secrets
-            # cost more to load than the query (the pool decrypts a server's secrets once per change).
-            tool, server, sql = _live_tool_read()
-            live = None
-            for row in fetch(sql, [tool.param("org", self.run.org_id), qualified_name]):  # one at most
-                live = tool.instance(row[:len(tool)])
-                live.server = server.instance(row[len(tool):])
-            self._live[qualified_name] = live
-        return self._live[qualified_name]
 
     def _price_override(self, provider: str, model: str) -> ModelPrice | None:
         """The org's price for the model, read once per store (a price set mid-run applies next task)."""

@@ -1,0 +1,197 @@
+"""The store's ledger methods (ARCHITECTURE section 4): a mixin of `RunStore`, whose state it uses
+(`run`, `_rows`, `_live`, `_unsaved`, `_decided`, the transaction of `atomic`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+from django.utils import timezone
+
+from apps.approvals import services as approvals
+from apps.approvals import standing
+from apps.approvals.models import ApprovalRequest
+from apps.audit import services as audit
+from apps.core.rows import fetch
+from apps.registry.models import Tool
+from apps.runs.engine.errors import LeaseLost
+from apps.runs.models import CallState, RunStep, ToolCall
+from apps.runs.store.reads import APPROVAL_TTL, last_calls_read, live_tool_read
+
+
+class Ledger:
+    def last_calls(self, turn: RunStep) -> list[ToolCall]:
+        """The ledger rows of the turn's last model call: as this store created them (set_call keeps them
+        current), or, in a new task, from the table in one query (with their approvals)."""
+        step = self._last_call.get(str(turn.id))
+        if step is not None:
+            return list(self._rows[str(step.id)])
+        calls, requests, sql = last_calls_read()
+        rows = []
+        for values in fetch(sql, [calls.param("step", turn.id)]):
+            row = calls.instance(values[:len(calls)])
+            if row.approval_id:  # read this step: `approval()` needs not read it again before the next refresh
+                row.approval = self._live[f"approval:{row.approval_id}"] = requests.instance(values[len(calls):])
+            rows.append(row)
+        return rows
+
+    def _decided_calls(self) -> Counter[tuple[str, str]]:
+        """Read once per store; then `set_call` counts each row leaving `proposed` (this worker is the
+        only one deciding this run's calls while it holds the lease)."""
+        if self._decided is None:
+            self._decided = Counter(ToolCall.objects.filter(run_id=self.run_id).exclude(state=CallState.PROPOSED)
+                                    .values_list("qualified_name", "args_hash"))
+        return self._decided
+
+    def count_calls(self) -> int:
+        return sum(self._decided_calls().values())
+
+    def count_same_calls(self, row: ToolCall) -> int:
+        """Earlier calls of this run with the same tool and argument hash (`row` itself is still proposed)."""
+        return self._decided_calls()[(row.qualified_name, row.args_hash)]
+
+    def set_call(self, row: ToolCall, *, expect: str, event: str | None = None, event_data: dict | None = None,
+                 **fields: Any) -> bool:
+        """A conditional ledger transition (state `expect` -> fields['state']); False when it was not in `expect`."""
+        with self.atomic():
+            return self._transition(row, expect=expect, event=event, event_data=event_data, **fields)
+
+    def _transition(self, row: ToolCall, *, expect: str, event: str | None, event_data: dict | None,
+                    **fields: Any) -> bool:
+        updated = ToolCall.objects.filter(id=row.id, state=expect).update(**fields, updated_at=timezone.now())
+        if not updated:
+            return False
+        self._applied(row, expect=expect, event=event, event_data=event_data, fields=fields)
+        return True
+
+    def _applied(self, row: ToolCall, *, expect: str, event: str | None, event_data: dict | None,
+                 fields: dict[str, Any]) -> None:
+        """What follows a ledger transition written: counts, the row in memory, its event, its audit."""
+        if expect == CallState.PROPOSED and self._decided is not None:
+            self._decided[(row.qualified_name, row.args_hash)] += 1
+        for key, value in fields.items():
+            setattr(row, key, value)
+        if event:
+            self.event(event, tool_call_id=str(row.id), tool=row.qualified_name, **(event_data or {}))
+        if fields.get("state") == CallState.UNKNOWN:  # a person must resolve it: it joins the inbox's count
+            approvals.publish_inbox_count(org_id=self.run.org_id)
+        if fields.get("state") == CallState.DENIED:  # policy denials (at offer or dispatch) are audited
+            audit.record(org_id=self.run.org_id, actor=None, action="policy.denied", target=row,
+                         target_label=row.qualified_name,
+                         data={"run_id": self.run_id, "crew": self.run.crew_name, "rule": row.rule,
+                               "reason": row.reason[:500], "args_hash": row.args_hash})
+
+    def decide_call(self, row: ToolCall, *, state: str, decision: str, rule: str, reason: str,
+                    error_class: str = "") -> None:
+        self.set_call(row, expect=CallState.PROPOSED, state=state, decision=decision, rule=rule, reason=reason,
+                      error_class=error_class, decided_at=timezone.now(), event="tool.decided",
+                      event_data={"decision": decision, "state": state, "rule": rule, "reason": reason})
+
+    def hold_call(self, row: ToolCall, *, rule: str, reason: str, tool: dict[str, Any] | None, turn: RunStep,
+                  required_approvals: int = 1) -> ApprovalRequest:
+        """`proposed -> held` and an approval request, in one transaction."""
+        crew = self.run.snapshot.get("crew", {})
+        ttl = timedelta(hours=crew["approval_ttl_hours"]) if crew.get("approval_ttl_hours") else APPROVAL_TTL
+        required_approvals = max(required_approvals, int(crew.get("approvals_required") or 1))
+        with self.atomic():
+            request = approvals.open_request(
+                org_id=self.run.org_id, run_id=self.run_id, tool_call_id=row.id, agent_id=turn.agent_id,
+                tool_id=(tool or {}).get("id"), title=f"{row.qualified_name} by {turn.agent_name}",
+                arguments=row.arguments, args_hash=row.args_hash, definition_hash=row.definition_hash,
+                risk=(tool or {}).get("risk", ""), reason=reason, rule=rule,
+                context={"task": turn.task, "agent": turn.agent_name, "crew": self.run.crew_name,
+                         "crew_id": str(self.run.crew_id) if self.run.crew_id else None,
+                         "server": (tool or {}).get("server", ""), "trust_tier": (tool or {}).get("trust_tier", ""),
+                         "description": (tool or {}).get("description", ""), "tainted": self.run.tainted},
+                expires_at=timezone.now() + ttl, requested_by_user_id=self.run.started_by_id,
+                required_approvals=required_approvals)
+            self.set_call(row, expect=CallState.PROPOSED, state=CallState.HELD, decision="hold", rule=rule,
+                          reason=reason, approval=request, decided_at=timezone.now(), event="tool.decided",
+                          event_data={"decision": "hold", "state": "held", "rule": rule, "reason": reason})
+            self.event("approval.requested", approval_id=str(request.id), tool_call_id=str(row.id),
+                       tool=row.qualified_name, reason=reason)
+        return request
+
+    def standing_approval(self, *, agent: dict[str, Any], tool: dict[str, Any] | None,
+                          arguments: dict[str, Any] | None) -> str | None:
+        """The id of a person's standing approval covering this call (policy input), or None."""
+        match = standing.matching_standing(org_id=self.run.org_id, run_id=self.run_id, agent_id=agent.get("id"),
+                                           tool_id=(tool or {}).get("id"), risk=(tool or {}).get("risk", ""),
+                                           arguments=arguments)
+        return str(match.id) if match else None
+
+    def record_standing_hit(self, standing_id: str, row: ToolCall) -> str:
+        """Counts the hit; returns the standing approval's label for the call's reason."""
+        return standing.record_hit(standing_id=standing_id, run_id=self.run_id, tool_call_id=row.id)
+
+    def approval(self, row: ToolCall) -> ApprovalRequest | None:
+        """The row's approval request, read once per step (following it and dispatching read the same)."""
+        if not row.approval_id:
+            return None
+        key = f"approval:{row.approval_id}"
+        if key not in self._live:
+            self._live[key] = ApprovalRequest.objects.filter(id=row.approval_id).first()
+        return self._live[key]
+
+    def complete_call(self, row: ToolCall, *, state: str, result: dict[str, Any] | None, error: str = "",
+                      error_class: str = "", findings: list[dict[str, Any]] | None = None,
+                      defer: bool = False) -> bool:
+        """`dispatched -> state`. False when the row is no longer `dispatched` (another worker found it in
+        flight and made it `unknown`). `defer`: written with the store's next transaction (see `atomic`),
+        which raises LeaseLost in that case; the row in memory changes now."""
+        fields = dict(state=state, result=result, error=error[:4000], error_class=error_class,
+                      findings=findings or [], finished_at=timezone.now())
+        event_data = {"state": state, "is_error": bool(result and result.get("is_error")), "error": error[:300],
+                      "findings": len(findings or [])}
+        if not defer:
+            return self.set_call(row, expect=CallState.DISPATCHED, event="tool.completed", event_data=event_data,
+                                 **fields)
+
+        def write() -> None:
+            if not self._transition(row, expect=CallState.DISPATCHED, event="tool.completed",
+                                    event_data=event_data, **fields):
+                raise LeaseLost(self.run_id)  # another worker made the row `unknown`: the run is theirs
+
+        self._deferred.append(write)
+        for key, value in fields.items():
+            setattr(row, key, value)
+        return True
+
+    def dispatch_call(self, row: ToolCall, *, expect: str, fields: dict[str, Any] | None = None,
+                      event: str | None = None, event_data: dict[str, Any] | None = None) -> bool:
+        """`expect -> dispatched`, committed before the request leaves. `fields`/`event`: the decision that
+        lets the row out of `proposed` or `held` (the policy's allow, a person's approval), in the same
+        commit: nobody waits on an `approved` row in between. False when the row was not in `expect`."""
+        changes = {**(fields or {}), "state": CallState.DISPATCHED, "dispatched_at": timezone.now(),
+                   "attempts": row.attempts + 1}
+        # The usual step: the model call that asked for it is still unwritten, so the row is inserted by the
+        # transaction below (its deferred writes come first) already `dispatched`: no UPDATE.
+        inserting = row.id in self._unsaved
+        if inserting:
+            if row.state != expect:
+                return False
+            for key, value in changes.items():
+                setattr(row, key, value)
+        with self.atomic():
+            if inserting:
+                self._applied(row, expect=expect, event=event, event_data=event_data, fields=changes)
+            elif not self._transition(row, expect=expect, event=event, event_data=event_data, **changes):
+                return False
+            self.event("tool.dispatched", tool_call_id=str(row.id), tool=row.qualified_name)
+        return True
+
+    def live_tool(self, qualified_name: str) -> Tool | None:
+        """The registry's row now (with its server), read once per step: the policy at proposal and the
+        re-check at dispatch a moment later see the same state."""
+        if qualified_name not in self._live:
+            # Only what the policy and the call need: the rows' schemas, definitions and encrypted secrets
+            # cost more to load than the query (the pool decrypts a server's secrets once per change).
+            tool, server, sql = live_tool_read()
+            live = None
+            for row in fetch(sql, [tool.param("org", self.run.org_id), qualified_name]):  # one at most
+                live = tool.instance(row[:len(tool)])
+                live.server = server.instance(row[len(tool):])
+            self._live[qualified_name] = live
+        return self._live[qualified_name]
+

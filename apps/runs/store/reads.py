@@ -1,0 +1,74 @@
+"""The store's reads built once per process (apps/core/rows.py) and its small shared helpers."""
+
+from __future__ import annotations
+
+import functools
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+
+from apps.approvals.models import ApprovalRequest, ApprovalStatus
+from apps.core.rows import Columns
+from apps.registry.models import McpServer, Tool
+from apps.registry.pool import LIVE_SERVER_FIELDS
+from apps.runs.models import Run, RunStep, ToolCall
+
+APPROVAL_TTL = timedelta(hours=24)
+LIVE_TOOL_FIELDS = ("id", "org_id", "qualified_name", "state", "risk", "definition_hash", "pinned_hash", "server")
+
+
+# The two reads of every engine step, as SQL built once per process from the models (apps/core/rows.py).
+@functools.cache
+def run_read() -> tuple[Columns, str]:
+    run = Columns(Run, [f.name for f in Run._meta.concrete_fields if f.name not in ("snapshot", "inputs")], "r")
+    return run, f"SELECT {run.sql} FROM {run.table} r WHERE r.id = %s"  # noqa: S608 (column names only)
+
+
+@functools.cache
+def live_tool_read() -> tuple[Columns, Columns, str]:
+    tool, server = Columns(Tool, LIVE_TOOL_FIELDS, "t"), Columns(McpServer, LIVE_SERVER_FIELDS, "s")
+    return tool, server, (f"SELECT {tool.sql}, {server.sql} FROM {tool.table} t JOIN {server.table} s "  # noqa: S608
+                          "ON s.id = t.server_id WHERE t.org_id = %s AND t.qualified_name = %s")
+
+
+# A new task's first reads of the turn in progress and its last model call's ledger rows (with their
+# approvals): a resumed run makes them between a person's decision and the approved call.
+@functools.cache
+def turn_read() -> tuple[Columns, str]:
+    turn = Columns(RunStep, [f.name for f in RunStep._meta.concrete_fields], "s")
+    return turn, f"SELECT {turn.sql} FROM {turn.table} s WHERE s.run_id = %s AND s.id = %s"  # noqa: S608
+
+
+@functools.cache
+def last_calls_read() -> tuple[Columns, Columns, str]:
+    calls = Columns(ToolCall, [f.name for f in ToolCall._meta.concrete_fields], "t")
+    requests = Columns(ApprovalRequest, [f.name for f in ApprovalRequest._meta.concrete_fields], "a")
+    steps = RunStep._meta.db_table
+    return calls, requests, (
+        f"SELECT {calls.sql}, {requests.sql} FROM {calls.table} t "  # noqa: S608
+        f"LEFT JOIN {requests.table} a ON a.id = t.approval_id "
+        f"WHERE t.step_id = (SELECT l.id FROM {steps} l WHERE l.parent_id = %s AND l.kind = 'llm' "
+        "ORDER BY l.position DESC LIMIT 1) ORDER BY t.position")
+
+
+def lease_seconds() -> int:
+    return int(getattr(settings, "AIRLOCK_RUN_LEASE_S", 120))
+
+
+def dump_messages(messages: list[ModelMessage]) -> list[dict[str, Any]]:
+    return ModelMessagesTypeAdapter.dump_python(messages, mode="json")
+
+
+def load_messages(data: list[dict[str, Any]] | None) -> list[ModelMessage]:
+    return ModelMessagesTypeAdapter.validate_python(data or [])
+
+
+def lock_pending_requests(run_id: Any) -> list[ApprovalRequest]:
+    """Locks the run's pending approval requests. Whoever locks both a run's requests and the run itself
+    locks the requests first (as deciding does), so a decision and a cancel cannot deadlock."""
+    return list(ApprovalRequest.objects.select_for_update().filter(run_id=run_id, status=ApprovalStatus.PENDING)
+                .order_by("id"))
+
+
