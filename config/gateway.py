@@ -1,7 +1,7 @@
 """The MCP gateway's ASGI app: `uvicorn config.gateway:app` serves the endpoint at `/mcp`.
 
 Its own process beside the web app: the MCP session manager needs an ASGI lifespan, which
-Django's handler refuses. Django is set up first; the app is `apps.gateway.server.build_app`.
+Django's handler refuses. Django is set up first; the app is `apps.gateway.app.build_app`.
 """
 
 import gc
@@ -15,7 +15,7 @@ if not settings.configured:  # this process serves ASGI (not a test process impo
     os.environ.setdefault("AIRLOCK_DB_POOL", "1")  # Postgres connections from a pool, not one per thread
 django.setup()
 
-from apps.gateway.server import build_app  # noqa: E402
+from apps.gateway.app import build_app  # noqa: E402
 
 app = build_app()
 
