@@ -91,8 +91,10 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
         raise PermissionDenied("You started this run, and the tool is dangerous: someone else must approve it.")
     chosen = standing.clean_standing(request, standing_choice) if decision == VoteDecision.APPROVE else None
     # The votes so far, read once under the request's lock (no other vote on it can commit meanwhile):
-    # whether this person already voted, and the counts after this vote.
-    cast = list(request.votes.values_list("user_id", "actor_label", "decision"))
+    # whether this person already voted, and the counts after this vote. A pending request that needs one
+    # approval has none (its first vote decides it), so the usual decision skips the read.
+    cast = (list(request.votes.values_list("user_id", "actor_label", "decision"))
+            if request.required_approvals > 1 else [])
     if any(label == actor.label or (actor.user_id is not None and user_id == actor.user_id)
            for user_id, label, _ in cast):
         raise Conflict("You already voted on this request.")
