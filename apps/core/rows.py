@@ -1,8 +1,8 @@
 """Reading a few columns of a model with SQL built once per process, for reads made on every engine step.
 
 Django compiles a queryset to SQL each time it is evaluated. For the run engine's per-step reads (the run
-row at each step boundary, the live tool and its server at dispatch; a new task's turn and last ledger
-rows) the compiling cost more than the query itself: ~0.5 ms and ~1 ms of CPU per step against ~0.25 ms
+row at each step boundary, the live tool and its server at dispatch; a new task's claim, turn and last
+ledger rows) the compiling cost more than the query itself: ~0.5 ms and ~1 ms of CPU per step against ~0.25 ms
 for the round trip (bench/run.py). A
 `Columns` lists its columns once; `instance` and `assign` turn a row into model state as the ORM does
 (the backend's and the fields' converters, then `Model.from_db`), so rows read this way behave like any
@@ -18,7 +18,7 @@ from django.db import connections
 from django.db.models import Model
 
 
-def fetch(sql: str, params: Sequence[Any], *, using: str = "default") -> list[tuple]:
+def fetch(sql: str, params: Sequence[Any] | dict[str, Any], *, using: str = "default") -> list[tuple]:
     """The rows of one statement built from `Columns`."""
     with connections[using].cursor() as cursor:
         cursor.execute(sql, params)

@@ -8,6 +8,7 @@ UPDATE and a lease, runs a bounded number of engine steps, and gives the run bac
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -31,6 +32,7 @@ from apps.approvals import services as approvals
 from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
 from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.core.rows import Columns, fetch
 from apps.costs import selectors as budgets
 from apps.crews import selectors as crews
 from apps.registry.models import Tool
@@ -378,7 +380,7 @@ WITH old AS (
     last_seq = old.last_seq + CASE WHEN old.resumed OR old.last_seq <= 1 THEN 1 ELSE 0 END
   FROM old
   WHERE r.id = old.id AND (old.status = 'queued' OR (old.status = 'running' AND r.lease_expires_at < %(now)s))
-  RETURNING r.*, CASE WHEN old.resumed THEN 'run.resumed' WHEN old.last_seq <= 1 THEN 'run.started' END
+  RETURNING {columns}, CASE WHEN old.resumed THEN 'run.resumed' WHEN old.last_seq <= 1 THEN 'run.started' END
     AS claim_event
 ), event AS (
   INSERT INTO runs_runevent (run_id, seq, type, data, at)
@@ -390,20 +392,27 @@ SELECT * FROM claimed
 """
 
 
+@functools.cache
+def _claim_sql() -> tuple[Columns, str]:
+    """The claim with the run's columns listed once per process (apps/core/rows.py): a raw queryset
+    worked out its columns and their model fields again on every claim, between a decision and its call."""
+    run = Columns(Run, [f.name for f in Run._meta.concrete_fields], "r")
+    return run, _CLAIM_SQL.replace("{columns}", run.sql)
+
+
 def _claim(run_id: str, owner: str) -> Run | None:
     """Compare-and-set: queued, or running with an expired lease (a lost worker) -> running, ours."""
     now = timezone.now()
     if connections[Run.objects.db].vendor == "postgresql":
         started = {"worker": owner}
-        rows = list(Run.objects.raw(_CLAIM_SQL, {
-            "id": run_id, "owner": owner, "expires": now + timedelta(seconds=lease_seconds()), "now": now,
-            "started": json.dumps(started)}))
+        columns, sql = _claim_sql()
+        rows = fetch(sql, {"id": columns.param("id", run_id), "owner": owner, "now": now,
+                           "expires": now + timedelta(seconds=lease_seconds()), "started": json.dumps(started)})
         if not rows:
             return None
-        run = rows[0]
-        if run.claim_event:
-            publish_event(run.id, run.last_seq, run.claim_event, started if run.claim_event == "run.started" else {},
-                          now)
+        run, claim_event = columns.instance(rows[0][:len(columns)]), rows[0][len(columns)]
+        if claim_event:
+            publish_event(run.id, run.last_seq, claim_event, started if claim_event == "run.started" else {}, now)
         publish_status(run)
         return run
     claimable = Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
