@@ -2,11 +2,10 @@
 
 Django compiles a queryset to SQL each time it is evaluated. For the run engine's per-step reads (the run
 row at each step boundary, the live tool and its server at dispatch; a new task's claim, turn and last
-ledger rows) the compiling cost more than the query itself: ~0.5 ms and ~1 ms of CPU per step against ~0.25 ms
-for the round trip (bench/run.py). A
-`Columns` lists its columns once; `instance` and `assign` turn a row into model state as the ORM does
-(the backend's and the fields' converters, then `Model.from_db`), so rows read this way behave like any
-other, on Postgres and on SQLite.
+ledger rows) the compiling cost more than the query itself: ~0.5 ms and ~1 ms of CPU per step against
+~0.25 ms for the round trip (bench/run.py). A `Columns` lists its columns once; `instance` and `assign`
+turn a row into model state as the ORM does (the backend's and the fields' converters, then
+`Model.from_db`), so rows read this way behave like any other, on Postgres and on SQLite.
 """
 
 from __future__ import annotations
