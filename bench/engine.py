@@ -21,6 +21,8 @@ from __future__ import annotations
 import itertools
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,7 +170,29 @@ def stored_bytes(run_id: str) -> tuple[int, dict[str, int]]:
     return total, rows
 
 
+@contextmanager
+def as_a_worker() -> Iterator[None]:
+    """The engine inline with a worker's database session (apps/core/db.py: generic plans allowed); the
+    connection is closed after, so what this process does next (a person's decision) runs as the web does."""
+    from django.db import connection
+    from django.db.backends.signals import connection_created
+
+    from apps.core.db import allow_generic_plans
+
+    allow_generic_plans()
+    try:
+        yield
+    finally:
+        connection_created.disconnect(dispatch_uid="airlock-generic-plans")
+        connection.close()
+
+
 def steps(s: Setup, sizes: list[int], passes: int, bytes_size: int) -> dict:
+    with as_a_worker():
+        return _steps(s, sizes, passes, bytes_size)
+
+
+def _steps(s: Setup, sizes: list[int], passes: int, bytes_size: int) -> dict:
     out: dict = {"sizes": {}}
     one_run(s, min(sizes))  # warm: the MCP session opens, imports and caches load
     for size in sizes:

@@ -15,7 +15,7 @@ import uuid
 from celery import Celery
 from celery.contrib.django.task import DjangoTask
 from celery.schedules import crontab  # noqa: F401  (used by later beat entries)
-from celery.signals import task_postrun, task_prerun
+from celery.signals import task_postrun, task_prerun, worker_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # Celery's Django fixup runs Django's system checks when a worker starts; the URL check imports the
@@ -72,6 +72,14 @@ app.conf.update(
 # instead: `close_old_connections()` drops a connection past CONN_MAX_AGE, one left in a transaction,
 # or one that failed and no longer answers; CONN_HEALTH_CHECKS tests a kept one before its next use.
 app.conf.update(CELERY_DB_REUSE_MAX=2**31)
+
+
+@worker_init.connect
+def generic_plans(**_: object) -> None:
+    """Before the pool starts (its children inherit it): see apps/core/db.py."""
+    from apps.core.db import allow_generic_plans
+
+    allow_generic_plans()
 
 
 @task_prerun.connect

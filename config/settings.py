@@ -126,12 +126,17 @@ if DATABASE_URL:
     DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60, conn_health_checks=True)}
     if DATABASES["default"]["ENGINE"].endswith("postgresql") and env_bool("AIRLOCK_DB_PREPARED", default=True):
         # Parameters bound by the server, and a statement run 5 times on a connection prepared there
-        # (psycopg's default; Django turns it off for the sake of transaction-mode poolers). A run step
-        # repeats the same ten statements: 9.0 -> 8.1 ms per step (bench/run.py's engine, alternated).
+        # (psycopg's default; Django turns it off for the sake of transaction-mode poolers).
         # AIRLOCK_DB_PREPARED=0 behind a pooler that cannot keep prepared statements (PgBouncer
         # transaction mode before 1.21).
-        DATABASES["default"]["OPTIONS"] = {**DATABASES["default"].get("OPTIONS", {}),
-                                           "server_side_binding": True, "prepare_threshold": 5}
+        # Each execution is still planned for its own parameters: a plan made once for any parameters
+        # (Postgres' "generic" plan) cannot use a partial index whose predicate is a parameter here, and
+        # the run list's "has findings" filter went from 12 to 213 ms at 100k runs (bench/history.py).
+        # Workers, whose statements are the run engine's by-id reads and writes, allow generic plans
+        # (apps.core.db.allow_generic_plans, from config/celery.py): 9.0 -> 8.1 ms per engine step.
+        options = DATABASES["default"].setdefault("OPTIONS", {})
+        options.update(server_side_binding=True, prepare_threshold=5)
+        options["options"] = f"{options.get('options', '')} -c plan_cache_mode=force_custom_plan".strip()
     if env_bool("AIRLOCK_DB_POOL") and DATABASES["default"]["ENGINE"].endswith("postgresql"):
         # ASGI processes (web, gateway; config/asgi.py and config/gateway.py set this) run a request's ORM
         # calls on a thread of that request: persistent per-thread connections pile up until Postgres
