@@ -22,7 +22,7 @@ logger = logging.getLogger(__name__)
 def allow_generic_plans() -> None:
     """From now on, this process's Postgres connections may reuse generic plans (the open ones too)."""
     connection_created.connect(_set_auto, dispatch_uid="airlock-generic-plans")
-    logger.info("Postgres may reuse generic plans on this process's connections (a worker).")
+    logger.debug("Postgres may reuse generic plans on this process's connections.")
     for connection in connections.all(initialized_only=True):
         if connection.connection is not None:
             _set_auto(sender=type(connection), connection=connection)
