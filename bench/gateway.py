@@ -135,7 +135,13 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("DEBUG", "1")
+    # Production settings, as bench/run.py runs it: with DEBUG on, every query of the gateway went through
+    # Django's debug cursor (timed and kept), which no deployment pays.
+    from cryptography.fernet import Fernet
+
+    for key, value in {"DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "ALLOWED_HOSTS": "127.0.0.1,localhost",
+                       "SECURE_SSL_REDIRECT": "0", "AIRLOCK_ENCRYPTION_KEY": Fernet.generate_key().decode()}.items():
+        os.environ.setdefault(key, value)
     os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
     database_url, drop = _bench_database()
     os.environ["DATABASE_URL"] = database_url
