@@ -177,13 +177,13 @@ def as_a_worker() -> Iterator[None]:
     from django.db import connection
     from django.db.backends.signals import connection_created
 
-    from apps.core.db import allow_generic_plans
+    from apps.core.db import RECEIVER_UID, allow_generic_plans
 
     allow_generic_plans()
     try:
         yield
     finally:
-        connection_created.disconnect(dispatch_uid="airlock-generic-plans")
+        connection_created.disconnect(dispatch_uid=RECEIVER_UID)
         connection.close()
 
 

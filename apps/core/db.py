@@ -17,11 +17,12 @@ from django.db import connections
 from django.db.backends.signals import connection_created
 
 logger = logging.getLogger(__name__)
+RECEIVER_UID = "airlock-generic-plans"  # connection_created.disconnect(dispatch_uid=RECEIVER_UID) undoes it
 
 
 def allow_generic_plans() -> None:
     """From now on, this process's Postgres connections may reuse generic plans (the open ones too)."""
-    connection_created.connect(_set_auto, dispatch_uid="airlock-generic-plans")
+    connection_created.connect(_set_auto, dispatch_uid=RECEIVER_UID)
     logger.debug("Postgres may reuse generic plans on this process's connections.")
     for connection in connections.all(initialized_only=True):
         if connection.connection is not None:

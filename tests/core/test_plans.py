@@ -19,7 +19,7 @@ import pytest
 from django.db import connections
 from django.db.backends.signals import connection_created
 
-from apps.core.db import allow_generic_plans
+from apps.core.db import RECEIVER_UID, allow_generic_plans
 
 pytestmark = [pytest.mark.django_db, pytest.mark.stack]  # Postgres's own plan cache
 
@@ -57,7 +57,7 @@ def test_a_worker_connection_reuses_a_generic_plan():
         finally:
             connection.close()
     finally:
-        connection_created.disconnect(dispatch_uid="airlock-generic-plans")
+        connection_created.disconnect(dispatch_uid=RECEIVER_UID)
 
 
 def test_prepared_statements_can_be_turned_off_for_a_pooler():
