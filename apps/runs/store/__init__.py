@@ -26,6 +26,7 @@ from apps.agents.models import LlmConnection
 from apps.agents.providers import ConnectionSpec
 from apps.approvals import services as approvals
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
+from apps.core.db import pipeline
 from apps.core.rows import fetch
 from apps.costs import selectors as costs_selectors
 from apps.costs import services as costs
@@ -47,6 +48,10 @@ from apps.runs.store.reads import (
 )
 
 __all__ = ["RunStore", "dump_messages", "lease_seconds", "load_messages", "lock_pending_requests"]
+
+# A write held for the store's next transaction. It runs inside a pipeline (`_write_batch`), so it only
+# sends statements; what must read a result or may raise returns a function, called after the batch.
+Deferred = Callable[[], Callable[[], None] | None]
 
 _APPEND_MESSAGES_SQL = "UPDATE runs_runstep SET messages = messages || %s::jsonb, updated_at = %s WHERE id = %s"
 
@@ -78,7 +83,7 @@ class RunStore(Ledger):
         self._depth = 0
         self._events: list[tuple[str, dict[str, Any]]] = []
         self._totals = Totals()  # what the transaction adds to the run's counters, written with its events
-        self._deferred: list[Callable[[], None]] = []
+        self._deferred: list[Deferred] = []
         self._appends: dict[str, tuple[RunStep, list[dict[str, Any]] | None]] = {}  # turn -> messages to add
         self._unsaved: set[Any] = set()  # ledger rows whose insert is deferred (record_model_call)
         self._chars: dict[str, tuple[int, int, Any]] = {}  # turn -> (messages counted, their JSON length, last)
@@ -107,11 +112,12 @@ class RunStore(Ledger):
                 if outer:
                     self._flush_deferred()
                 yield
-                if outer:
-                    self._write_messages()
-                    events, self._events = self._events, []
-                    totals, self._totals = self._totals, Totals()
-                    append_events(self.run_id, events, totals)
+                if outer and (self._appends or self._events or self._totals):
+                    with pipeline():  # the messages' UPDATE goes with the events' statement: one round trip
+                        self._write_messages()
+                        events, self._events = self._events, []
+                        totals, self._totals = self._totals, Totals()
+                        append_events(self.run_id, events, totals)
             except BaseException:
                 del self._events[mark:]
                 if outer:
@@ -128,8 +134,19 @@ class RunStore(Ledger):
 
     def _flush_deferred(self) -> None:
         deferred, self._deferred = self._deferred, []
-        for write in deferred:
-            write()
+        self._write_batch(deferred)
+
+    @staticmethod
+    def _write_batch(writes: list[Deferred]) -> None:
+        """Runs deferred writes as one batch (apps.core.db.pipeline: a step's five statements in one round
+        trip), then what each returned to do once the answers are in (check a row count, read)."""
+        if not writes:
+            return
+        with pipeline():
+            afterwards = [write() for write in writes]
+        for then in afterwards:
+            if then is not None:
+                then()
 
     # --- the run row ----------------------------------------------------------------------------
 
@@ -274,6 +291,7 @@ class RunStore(Ledger):
         self._appends[key] = (turn, pending)
 
     def _write_messages(self) -> None:
+        """Runs in the pipeline at the end of `atomic`: writes only, no row count read."""
         appends, self._appends = self._appends, {}
         now = timezone.now()
         for key, (turn, added) in appends.items():
@@ -282,7 +300,7 @@ class RunStore(Ledger):
                 with connection.cursor() as cursor:
                     cursor.execute(_APPEND_MESSAGES_SQL, [json.dumps(added), now, key])
             else:
-                turn.save(update_fields=["messages", "updated_at"])
+                RunStep.objects.filter(id=turn.id).update(messages=turn.messages, updated_at=now)
 
     def _next_position(self) -> int:
         """Called under the run row's lock, by the lease holder: the only writer of this run's steps."""
@@ -360,11 +378,12 @@ class RunStore(Ledger):
         totals = Totals(tokens_in=tokens_in, tokens_out=tokens_out, tokens_cached=cached, tool_calls=len(calls),
                         cost_usd=price.cost_usd or Decimal(0), cost_unknown_calls=1 if unknown else 0)
 
-        def write() -> None:
+        def write() -> Callable[[], None] | None:
+            # Budgets are checked after the batch: the check reads and catches an IntegrityError.
             costs.record_usage(org_id=org_id, run_id=self.run_id, crew_id=self.run.crew_id, agent_id=agent_id,
                                provider=provider, model=model, input_tokens=tokens_in, output_tokens=tokens_out,
                                cached_tokens=cached, latency_ms=latency_ms, override=override, firsts=firsts,
-                               budgets=budgets, price=price)
+                               budgets=False, price=price)
             step.save(force_insert=True)
             self._totals += totals
             self.event("llm.completed", step_id=str(step.id), turn_id=str(turn.id), agent=turn.agent_name,
@@ -376,6 +395,10 @@ class RunStore(Ledger):
             for row in rows:
                 self.event("tool.requested", tool_call_id=str(row.id), step_id=str(step.id), tool=row.qualified_name,
                            args_hash=row.args_hash)
+            if not budgets:
+                return None
+            return lambda: costs.alert_thresholds(org_id=org_id, crew_id=self.run.crew_id, agent_id=agent_id,
+                                                  run_id=self.run_id)
 
         self._save_messages(turn, messages)
         if rows:
@@ -383,7 +406,7 @@ class RunStore(Ledger):
             self._unsaved.update(row.id for row in rows)
         else:
             with self.atomic():
-                write()
+                self._write_batch([write])
         self._calls[str(turn.id)] = calls_before + 1
         self._last_call[str(turn.id)], self._rows[str(step.id)] = step, rows
         return step  # self.run's counters are re-read by the next step's refresh

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -13,6 +14,7 @@ from apps.approvals import services as approvals
 from apps.approvals import standing
 from apps.approvals.models import ApprovalRequest
 from apps.audit import services as audit
+from apps.core.db import send_update
 from apps.core.rows import fetch
 from apps.registry.models import Tool
 from apps.runs.engine.errors import LeaseLost
@@ -148,10 +150,18 @@ class Ledger:
             return self.set_call(row, expect=CallState.DISPATCHED, event="tool.completed", event_data=event_data,
                                  **fields)
 
-        def write() -> None:
-            if not self._transition(row, expect=CallState.DISPATCHED, event="tool.completed",
-                                    event_data=event_data, **fields):
-                raise LeaseLost(self.run_id)  # another worker made the row `unknown`: the run is theirs
+        def write() -> Callable[[], None]:
+            updated = send_update(ToolCall.objects.filter(id=row.id, state=CallState.DISPATCHED), **fields,
+                                  updated_at=timezone.now())
+            # Its event now, in order with the batch's others; LeaseLost below rolls them all back.
+            self._applied(row, expect=CallState.DISPATCHED, event="tool.completed", event_data=event_data,
+                          fields=fields)
+
+            def check() -> None:
+                if not updated():
+                    raise LeaseLost(self.run_id)  # another worker made the row `unknown`: the run is theirs
+
+            return check
 
         self._deferred.append(write)
         for key, value in fields.items():
