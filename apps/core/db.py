@@ -13,6 +13,7 @@ round trip to Postgres costs more than the statement itself, and a step's writes
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -53,12 +54,19 @@ def pipeline(using: str = "default") -> Iterator[None]:
     Django's error class), so no `except IntegrityError` around a statement inside can work.
     Fetching a result inside is correct but waits for every answer so far."""
     connection = connections[using]
-    if connection.vendor != "postgresql":
+    if connection.vendor != "postgresql" or not _can_pipeline():
         yield
         return
     connection.ensure_connection()
     with connection.wrap_database_errors, connection.connection.pipeline():
         yield
+
+
+@functools.cache
+def _can_pipeline() -> bool:
+    import psycopg
+
+    return psycopg.Pipeline.is_supported()  # libpq 14 or later (psycopg's binary wheels bundle one)
 
 
 def send_update(queryset: QuerySet, **fields: Any) -> Callable[[], int]:
