@@ -45,14 +45,20 @@ def _set_auto(sender: Any, connection: Any, **_: Any) -> None:
 
 
 @contextmanager
-def pipeline(using: str = "default") -> Iterator[None]:
+def pipeline(using: str = "default", *, commit: bool = False) -> Iterator[None]:
     """The statements inside go out without waiting for each one's answer (psycopg's pipeline mode):
     a batch of writes costs one round trip instead of one each. A no-op on other databases.
 
     Only for statements whose results nothing reads inside the block: there `rowcount` is -1 (use
     `send_update`), and an error is raised at the end of the block, not at its statement (as
     Django's error class), so no `except IntegrityError` around a statement inside can work.
-    Fetching a result inside is correct but waits for every answer so far."""
+    Fetching a result inside is correct but waits for every answer so far.
+
+    `commit`: the block is the last thing its outermost `atomic` does, so its COMMIT goes out with the
+    batch (one round trip for both, not two). Django's commit at the `atomic`'s exit then has nothing to
+    send (psycopg's commit of an idle connection sends nothing) and runs its on_commit callbacks as usual;
+    an error anywhere in the batch rolls the whole transaction back. Inside a savepoint or a caller's
+    transaction it commits nothing: the outer block does, as always."""
     connection = connections[using]
     if connection.vendor != "postgresql" or not _can_pipeline():
         yield
@@ -60,6 +66,18 @@ def pipeline(using: str = "default") -> Iterator[None]:
     connection.ensure_connection()
     with connection.wrap_database_errors, connection.connection.pipeline():
         yield
+        if commit and _ends_outermost(connection):
+            # As a statement of the batch: psycopg's own commit() would wait for its answer before the
+            # block's exit waits again. The exit's sync reads the server back as idle.
+            with connection.connection.cursor() as cursor:
+                cursor.execute("COMMIT")
+
+
+def _ends_outermost(connection: Any) -> bool:
+    """Whether committing now ends exactly one `atomic` that Django opened with autocommit on (no savepoint,
+    no caller's transaction around it): the only case in which its exit would commit next."""
+    return (connection.in_atomic_block and len(connection.atomic_blocks) == 1 and not connection.savepoint_ids
+            and connection.commit_on_exit and not connection.needs_rollback)
 
 
 @functools.cache

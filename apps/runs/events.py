@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -104,28 +105,42 @@ RETURNING seq
 def append_events(run_id: UUID | str, events: list[tuple[str, dict[str, Any]]], totals: Totals | None = None) -> None:
     """`append_event` for a batch, in order, and the run's `totals`: one statement on Postgres (the engine's
     store sends each transaction's events this way, at its end)."""
+    with transaction.atomic(savepoint=False):
+        send_events(run_id, events, totals)()
+
+
+def send_events(run_id: UUID | str, events: list[tuple[str, dict[str, Any]]],
+                totals: Totals | None = None) -> Callable[[], None]:
+    """`append_events` in two halves, for a batch (apps.core.db.pipeline): sends the statement now and returns
+    what reads its sequence numbers and publishes them, to be called once the batch's answers are in. Call
+    inside the transaction of the change."""
     connection = connections[RunEvent.objects.db]
     if connection.vendor != "postgresql" or len(events) < 2:
         if totals:
             Run.objects.filter(id=run_id).update(**totals.updates())
         for type, data in events:
             append_event(run_id, type, **data)
-        return
+        return lambda: None
     totals = totals or Totals()
     at, n = timezone.now(), len(events)
     types = [type for type, _ in events]
     redacted = [redact(data) for _, data in events]
     payloads = [json.dumps(data) for data in redacted]
-    with transaction.atomic(savepoint=False), connection.cursor() as cursor:
-        cursor.execute(_APPEND_MANY_SQL, [
-            n, totals.tokens_in, totals.tokens_out, totals.tokens_cached, totals.tool_calls,
-            totals.cost_unknown_calls, totals.cost_unknown_calls, totals.cost_usd, str(run_id),
-            str(run_id), n, at, types, payloads])
-        seqs = sorted(row[0] for row in cursor.fetchall())
-    if not seqs:
-        raise Run.DoesNotExist(f"No run {run_id}.")
-    for seq, type, data, encoded in zip(seqs, types, redacted, payloads, strict=True):
-        _publish(run_id, seq, type, data, at, encoded)
+    cursor = connection.cursor()
+    cursor.execute(_APPEND_MANY_SQL, [
+        n, totals.tokens_in, totals.tokens_out, totals.tokens_cached, totals.tool_calls,
+        totals.cost_unknown_calls, totals.cost_unknown_calls, totals.cost_usd, str(run_id),
+        str(run_id), n, at, types, payloads])
+
+    def published() -> None:
+        with cursor:
+            seqs = sorted(row[0] for row in cursor.fetchall())
+        if not seqs:
+            raise Run.DoesNotExist(f"No run {run_id}.")
+        for seq, type, data, encoded in zip(seqs, types, redacted, payloads, strict=True):
+            _publish(run_id, seq, type, data, at, encoded)
+
+    return published
 
 
 def publish_status(run: Run) -> None:

@@ -35,7 +35,7 @@ from apps.costs.pricing import find_override, price_call
 from apps.costs.rollup import FirstCalls
 from apps.notifications.services import notify
 from apps.runs.engine.errors import LeaseLost
-from apps.runs.events import Totals, append_events, publish_status
+from apps.runs.events import Totals, publish_status, send_events
 from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolCall
 from apps.runs.store.ledger import Ledger
 from apps.runs.store.reads import (
@@ -93,8 +93,9 @@ class RunStore(Ledger):
     @contextmanager
     def atomic(self) -> Iterator[None]:
         """A store transaction. Its events go out in one statement at its end (the run row's lock is
-        taken there, so a step's events cost one round trip, not one each), and so do the messages its
-        turns gained. Writes `defer`red since the last one are written at its start, in order.
+        taken there, so a step's events cost one round trip, not one each), in one batch with the messages
+        its turns gained and, when it is the outermost transaction, its COMMIT. Writes `defer`red since the
+        last one are written at its start, in order.
 
         What is deferred, and why that is safe: a tool call's completion and the answer that carries its
         result to the model, and a model call that asked for tools. They are written by the next store
@@ -113,11 +114,14 @@ class RunStore(Ledger):
                     self._flush_deferred()
                 yield
                 if outer and (self._appends or self._events or self._totals):
-                    with pipeline():  # the messages' UPDATE goes with the events' statement: one round trip
+                    # The messages' UPDATE, the events' statement and, when this is the outermost transaction,
+                    # its COMMIT: one round trip.
+                    with pipeline(commit=True):
                         self._write_messages()
                         events, self._events = self._events, []
                         totals, self._totals = self._totals, Totals()
-                        append_events(self.run_id, events, totals)
+                        published = send_events(self.run_id, events, totals)
+                    published()
             except BaseException:
                 del self._events[mark:]
                 if outer:
