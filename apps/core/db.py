@@ -9,22 +9,25 @@ one plan per statement (`auto`, its default).
 
 `pipeline()` sends a batch of writes without waiting for each answer: on this kind of machine a
 round trip to Postgres costs more than the statement itself, and a step's writes were six of them.
+`end_transaction()` is the last batch of a transaction with its COMMIT (and its BEGIN, when nothing went
+out before): the run store's usual tool step writes all it has in one round trip.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import connections
+from django.db import DatabaseError, DataError, connections
 from django.db.backends.signals import connection_created
 from django.db.models import QuerySet
 from django.db.models.sql import UpdateQuery
 
 logger = logging.getLogger(__name__)
+_IDLE = 0  # psycopg.pq.TransactionStatus.IDLE, without importing psycopg where Postgres is not used
 RECEIVER_UID = "airlock-generic-plans"  # connection_created.disconnect(dispatch_uid=RECEIVER_UID) undoes it
 
 
@@ -64,13 +67,43 @@ def pipeline(using: str = "default", *, commit: bool = False) -> Iterator[None]:
         yield
         return
     connection.ensure_connection()
-    with connection.wrap_database_errors, connection.connection.pipeline():
+    with _expected_updates(), connection.wrap_database_errors, connection.connection.pipeline():
         yield
         if commit and _ends_outermost(connection):
             # As a statement of the batch: psycopg's own commit() would wait for its answer before the
             # block's exit waits again. The exit's sync reads the server back as idle.
             with connection.connection.cursor() as cursor:
-                cursor.execute("COMMIT")
+                cursor.execute("COMMIT", prepare=False)
+
+
+@contextmanager
+def end_transaction(using: str = "default") -> Iterator[None]:
+    """`pipeline(commit=True)`, and when nothing of the transaction has gone out yet, its BEGIN in the batch
+    too: the whole transaction in one round trip instead of two (psycopg waits for the answer to a BEGIN
+    of its own before it sends the next statement, pipeline or not).
+
+    For that, psycopg is put in autocommit mode for the block, and BEGIN and COMMIT are statements of the
+    batch; Django still counts itself inside its `atomic` (its on_commit callbacks wait for its exit, whose
+    commit then finds the connection idle). A failed statement aborts the transaction on the server, the
+    COMMIT is skipped, and the `atomic` rolls back as for any error."""
+    connection = connections[using]
+    raw = connection.connection
+    if (connection.vendor != "postgresql" or not _can_pipeline() or raw is None or not _ends_outermost(connection)
+            or raw.pgconn.transaction_status != _IDLE):
+        with pipeline(using, commit=True):
+            yield
+        return
+    raw.autocommit = True  # idle, so psycopg allows it; nothing is sent
+    try:
+        with _expected_updates(), connection.wrap_database_errors, raw.pipeline():
+            raw.execute("BEGIN", prepare=False)
+            yield
+            raw.execute("COMMIT", prepare=False)
+    finally:
+        # Committed: psycopg back as Django's `atomic` left it. Failed: the server's transaction is aborted (or
+        # the connection broken) and Django's rollback at the `atomic`'s exit ends it, as for any error.
+        if raw.pgconn.transaction_status == _IDLE:
+            raw.autocommit = False
 
 
 def _ends_outermost(connection: Any) -> bool:
@@ -87,19 +120,37 @@ def _can_pipeline() -> bool:
     return psycopg.Pipeline.is_supported()  # libpq 14 or later (psycopg's binary wheels bundle one)
 
 
-def send_update(queryset: QuerySet, **fields: Any) -> Callable[[], int]:
-    """`queryset.update(**fields)` that works inside a `pipeline`: returns a function that says how many
-    rows it updated, to be called after the block (at once outside one)."""
+class NothingUpdated(DatabaseError):
+    """A `send_expected_update` matched no row: its batch failed and its transaction rolled back whole."""
+
+
+# The UPDATE's rows counted in the same statement; with none the cast fails (the text is not a number) and
+# the server aborts the transaction. The cast depends on the count, so Postgres cannot fold it at planning.
+_EXPECTED_UPDATE_SQL = "WITH changed AS ({update} RETURNING 1) SELECT ('{mark}' || count(*))::int FROM changed " \
+                       "HAVING count(*) = 0"
+_NOTHING_UPDATED = "airlock: expected update matched rows: "
+
+
+def send_expected_update(queryset: QuerySet, **fields: Any) -> None:
+    """`queryset.update(**fields)` that must change a row, for a batch (`pipeline`, `end_transaction`): a batch
+    cannot show a row count before its COMMIT, so the statement checks it itself. When it matches none the
+    whole transaction rolls back and the block raises `NothingUpdated`."""
+    if connections[queryset.db].vendor != "postgresql":  # no batches there: the row count is known at once
+        if not queryset.update(**fields):
+            raise NothingUpdated("An update expected to change a row changed none.")
+        return
     query = queryset.query.chain(UpdateQuery)
     query.add_update_values(fields)
     sql, params = query.get_compiler(queryset.db).as_sql()
-    cursor = connections[queryset.db].cursor()
-    cursor.execute(sql, params)
+    cursor = connections[queryset.db].cursor()  # left open: the batch sets its results after this returns
+    cursor.execute(_EXPECTED_UPDATE_SQL.format(update=sql, mark=_NOTHING_UPDATED), params)
 
-    def updated() -> int:
-        try:
-            return cursor.rowcount  # psycopg sets it on the cursor when the batch's answers are in
-        finally:
-            cursor.close()
 
-    return updated
+@contextmanager
+def _expected_updates() -> Iterator[None]:
+    try:
+        yield
+    except DataError as error:
+        if _NOTHING_UPDATED in str(error):
+            raise NothingUpdated("An update the batch expected to change a row changed none.") from error
+        raise

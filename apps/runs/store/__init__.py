@@ -26,7 +26,7 @@ from apps.agents.models import LlmConnection
 from apps.agents.providers import ConnectionSpec
 from apps.approvals import services as approvals
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
-from apps.core.db import pipeline
+from apps.core.db import NothingUpdated, end_transaction, pipeline
 from apps.core.rows import fetch
 from apps.costs import selectors as costs_selectors
 from apps.costs import services as costs
@@ -49,8 +49,9 @@ from apps.runs.store.reads import (
 
 __all__ = ["RunStore", "dump_messages", "lease_seconds", "load_messages", "lock_pending_requests"]
 
-# A write held for the store's next transaction. It runs inside a pipeline (`_write_batch`), so it only
-# sends statements; what must read a result or may raise returns a function, called after the batch.
+# A write held for the store's next transaction. It runs inside a batch (`_write_batch`, `_write_end`), so it
+# only sends statements; what must read a result or may raise returns a function, called after the batch
+# (and before COMMIT: a store with such a write pending sends its deferred writes on their own).
 Deferred = Callable[[], Callable[[], None] | None]
 
 _APPEND_MESSAGES_SQL = "UPDATE runs_runstep SET messages = messages || %s::jsonb, updated_at = %s WHERE id = %s"
@@ -84,6 +85,7 @@ class RunStore(Ledger):
         self._events: list[tuple[str, dict[str, Any]]] = []
         self._totals = Totals()  # what the transaction adds to the run's counters, written with its events
         self._deferred: list[Deferred] = []
+        self._deferred_reads = False  # one of them returns what must read before COMMIT (a budget check)
         self._appends: dict[str, tuple[RunStep, list[dict[str, Any]] | None]] = {}  # turn -> messages to add
         self._unsaved: set[Any] = set()  # ledger rows whose insert is deferred (record_model_call)
         self._chars: dict[str, tuple[int, int, Any]] = {}  # turn -> (messages counted, their JSON length, last)
@@ -110,18 +112,17 @@ class RunStore(Ledger):
         with transaction.atomic(savepoint=False):
             self._depth += 1
             try:
-                if outer:
-                    self._flush_deferred()
-                yield
-                if outer and (self._appends or self._events or self._totals):
-                    # The messages' UPDATE, the events' statement and, when this is the outermost transaction,
-                    # its COMMIT: one round trip.
-                    with pipeline(commit=True):
-                        self._write_messages()
-                        events, self._events = self._events, []
-                        totals, self._totals = self._totals, Totals()
-                        published = send_events(self.run_id, events, totals)
-                    published()
+                if not outer:
+                    yield
+                    return
+                with connection.execute_wrapper(self._deferred_first):
+                    yield
+                if self._deferred or self._appends or self._events or self._totals:
+                    self._write_end()
+            except NothingUpdated:  # the deferred completion found its call no longer `dispatched`
+                del self._events[mark:]
+                self._totals = Totals()
+                raise LeaseLost(self.run_id) from None  # another worker made it `unknown`: the run is theirs
             except BaseException:
                 del self._events[mark:]
                 if outer:
@@ -130,6 +131,31 @@ class RunStore(Ledger):
             finally:
                 self._depth -= 1
 
+    def _deferred_first(self, execute: Callable, sql: str, params: Any, many: bool, context: dict) -> Any:
+        """Before the transaction's first statement, the deferred writes: what it reads or changes may be theirs."""
+        if self._deferred:
+            self._flush_deferred()
+        return execute(sql, params, many, context)
+
+    def _write_end(self) -> None:
+        """The transaction's last batch: the deferred writes when nothing went out before them (the usual tool
+        step), the messages its turns gained, its events and its COMMIT. When it is all the transaction does,
+        BEGIN goes with it: a tool step's writes cost one round trip (apps.core.db.end_transaction)."""
+        if self._deferred_reads:  # a budget check after a model call reads: the writes go first, on their own
+            self._flush_deferred()
+        with end_transaction():
+            deferred, self._deferred = self._deferred, []
+            if deferred:  # they come first, as if written at the start: so do their events
+                body, self._events = self._events, []
+                for write in deferred:
+                    write()  # only sends (no afterwards: see _deferred_reads)
+                self._events += body
+            self._write_messages()
+            events, self._events = self._events, []
+            totals, self._totals = self._totals, Totals()
+            published = send_events(self.run_id, events, totals)
+        published()
+
     def flush(self) -> None:
         """Writes what is deferred now (the engine calls it before handing the run back)."""
         if self._deferred or self._appends:
@@ -137,7 +163,7 @@ class RunStore(Ledger):
                 pass
 
     def _flush_deferred(self) -> None:
-        deferred, self._deferred = self._deferred, []
+        deferred, self._deferred, self._deferred_reads = self._deferred, [], False
         self._write_batch(deferred)
 
     @staticmethod
@@ -407,6 +433,7 @@ class RunStore(Ledger):
         self._save_messages(turn, messages)
         if rows:
             self._deferred.append(write)
+            self._deferred_reads |= budgets
             self._unsaved.update(row.id for row in rows)
         else:
             with self.atomic():

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -14,10 +13,9 @@ from apps.approvals import services as approvals
 from apps.approvals import standing
 from apps.approvals.models import ApprovalRequest
 from apps.audit import services as audit
-from apps.core.db import send_update
+from apps.core.db import send_expected_update
 from apps.core.rows import fetch
 from apps.registry.models import Tool
-from apps.runs.engine.errors import LeaseLost
 from apps.runs.models import CallState, RunStep, ToolCall
 from apps.runs.store.reads import APPROVAL_TTL, last_calls_read, live_tool_read
 
@@ -150,18 +148,14 @@ class Ledger:
             return self.set_call(row, expect=CallState.DISPATCHED, event="tool.completed", event_data=event_data,
                                  **fields)
 
-        def write() -> Callable[[], None]:
-            updated = send_update(ToolCall.objects.filter(id=row.id, state=CallState.DISPATCHED), **fields,
-                                  updated_at=timezone.now())
-            # Its event now, in order with the batch's others; LeaseLost below rolls them all back.
+        def write() -> None:
+            # A batch shows no row count before its COMMIT: the statement checks it, and the store raises
+            # LeaseLost when it finds none (another worker made the row `unknown` meanwhile).
+            send_expected_update(ToolCall.objects.filter(id=row.id, state=CallState.DISPATCHED), **fields,
+                                 updated_at=timezone.now())
+            # Its event now, in order with the batch's others; LeaseLost rolls them all back.
             self._applied(row, expect=CallState.DISPATCHED, event="tool.completed", event_data=event_data,
                           fields=fields)
-
-            def check() -> None:
-                if not updated():
-                    raise LeaseLost(self.run_id)  # another worker made the row `unknown`: the run is theirs
-
-            return check
 
         self._deferred.append(write)
         for key, value in fields.items():
