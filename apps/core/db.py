@@ -53,7 +53,7 @@ def pipeline(using: str = "default", *, commit: bool = False) -> Iterator[None]:
     a batch of writes costs one round trip instead of one each. A no-op on other databases.
 
     Only for statements whose results nothing reads inside the block: there `rowcount` is -1 (use
-    `send_update`), and an error is raised at the end of the block, not at its statement (as
+    `send_expected_update`), and an error is raised at the end of the block, not at its statement (as
     Django's error class), so no `except IntegrityError` around a statement inside can work.
     Fetching a result inside is correct but waits for every answer so far.
 

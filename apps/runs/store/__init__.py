@@ -97,7 +97,8 @@ class RunStore(Ledger):
         """A store transaction. Its events go out in one statement at its end (the run row's lock is
         taken there, so a step's events cost one round trip, not one each), in one batch with the messages
         its turns gained and, when it is the outermost transaction, its COMMIT. Writes `defer`red since the
-        last one are written at its start, in order.
+        last one are written, in order, before its first statement, or, when it makes none (the usual tool
+        step), first in that batch, which then carries its BEGIN too: one round trip for it all.
 
         What is deferred, and why that is safe: a tool call's completion and the answer that carries its
         result to the model, and a model call that asked for tools. They are written by the next store
