@@ -120,14 +120,12 @@ class RunStore(Ledger):
                     yield
                 if self._deferred or self._appends or self._events or self._totals:
                     self._write_end()
-            except NothingUpdated:  # the deferred completion found its call no longer `dispatched`
-                del self._events[mark:]
-                self._totals = Totals()
-                raise LeaseLost(self.run_id) from None  # another worker made it `unknown`: the run is theirs
-            except BaseException:
+            except BaseException as error:
                 del self._events[mark:]
                 if outer:
                     self._totals = Totals()
+                if isinstance(error, NothingUpdated):  # the deferred completion found its call not `dispatched`
+                    raise LeaseLost(self.run_id) from None  # another worker made it `unknown`: the run is theirs
                 raise
             finally:
                 self._depth -= 1
