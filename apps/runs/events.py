@@ -78,6 +78,12 @@ class Totals:
     def __add__(self, other: Totals) -> Totals:
         return Totals(**{name: getattr(self, name) + getattr(other, name) for name in self.__dataclass_fields__})
 
+    def add_to(self, run: Run) -> None:
+        """The same increments on the row in memory (the lease holder is the only writer of its counters)."""
+        for name in ("tokens_in", "tokens_out", "tokens_cached", "tool_calls", "cost_unknown_calls"):
+            setattr(run, name, getattr(run, name) + getattr(self, name))
+        run.cost_usd = None if self.cost_unknown_calls or run.cost_usd is None else run.cost_usd + self.cost_usd
+
     def updates(self) -> dict[str, Any]:
         """The same increments as ORM expressions (SQLite, or no event batch)."""
         return {"tokens_in": F("tokens_in") + self.tokens_in, "tokens_out": F("tokens_out") + self.tokens_out,

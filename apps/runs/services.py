@@ -454,7 +454,8 @@ def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
                                              "giving up instead of trying again.", error_class="internal")
         return "finished"
     try:
-        outcome = advance(store)
+        with store.listening():  # another process's changes to the run or its tools, told rather than read
+            outcome = advance(store)
         if outcome == "continue":
             store.release()
             if enqueue_next:

@@ -38,6 +38,7 @@ from apps.runs.engine.errors import LeaseLost
 from apps.runs.events import Totals, publish_status, send_events
 from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolCall
 from apps.runs.store.ledger import Ledger
+from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
     dump_messages,
     lease_seconds,
@@ -77,7 +78,12 @@ class RunStore(Ledger):
         self._connections: dict[str, ConnectionSpec] = {}
         self._decided: Counter[tuple[str, str]] | None = None  # (tool, args hash) of calls past `proposed`
         self._budgets: dict[str, bool] = {}  # agent id -> does any budget apply to its calls
-        self._live: dict[str, Any] = {}  # registry rows and approvals read in this step
+        self._live: dict[str, Any] = {}  # approvals read in this step
+        # The registry's rows of the tools called (with their servers), and whether the run row must be read
+        # again: kept from step to step while change notices are heard (`listening`), else read every step.
+        self._tools: dict[str, Any] = {}
+        self._run_stale = False
+        self.notices: ChangeNotices | None = None
         self._overrides: dict[tuple[str, str], ModelPrice | None] = {}  # (provider, model) -> the org's price
         self._used: set[tuple[str, Any]] | None = None  # the run's usage so far, for the rollup's run counts
         # Writes gathered into the store's next transaction (see `atomic`).
@@ -154,6 +160,7 @@ class RunStore(Ledger):
             totals, self._totals = self._totals, Totals()
             published = send_events(self.run_id, events, totals)
         published()
+        totals.add_to(self.run)  # as the statement did: the next step need not read the row for them
 
     def flush(self) -> None:
         """Writes what is deferred now (the engine calls it before handing the run back)."""
@@ -179,16 +186,37 @@ class RunStore(Ledger):
 
     # --- the run row ----------------------------------------------------------------------------
 
+    @contextmanager
+    def listening(self) -> Iterator[None]:
+        """While the block drives the run, another process's changes to the run or to its org's registry are
+        notified (store/notices.py), and a step reads the run row and the tools' rows only when one came."""
+        notices = ChangeNotices(self.run_id, self.run.org_id)
+        if notices.listen():
+            self.notices = notices
+            self._fresh, self._run_stale = False, True  # the row was read before the LISTEN: once more, after
+        try:
+            yield
+        finally:
+            self.notices = None
+            notices.close()
+
+    def _heard(self, changes: Changes) -> None:
+        if changes.registry:
+            self._tools.clear()
+        self._run_stale |= changes.run
+
     def refresh(self) -> Run:
-        """Re-reads the run row at a step boundary (cancel, lease, counters), all but the snapshot and inputs:
-        they never change after the run starts, so they are kept, not parsed again each step."""
-        if not self._fresh:
+        """The run row at a step boundary (cancel, lease, status): read again, all but the snapshot and inputs
+        (they never change after the run starts), unless it was just read or, while `listening`, nobody else
+        changed it since. The counters this worker adds it keeps current itself (`_write_end`)."""
+        self._heard(self.notices.changes() if self.notices is not None else EVERYTHING)
+        if not self._fresh and self._run_stale:
             columns, sql = run_read()
             found = fetch(sql, [columns.param("id", self.run_id)])
             if not found:
                 raise Run.DoesNotExist(f"No run {self.run_id}.")
             columns.assign(self.run, found[0])
-        self._fresh = False
+        self._fresh = self._run_stale = False
         self._live.clear()
         return self.run
 

@@ -186,9 +186,12 @@ class Ledger:
         return True
 
     def live_tool(self, qualified_name: str) -> Tool | None:
-        """The registry's row now (with its server), read once per step: the policy at proposal and the
-        re-check at dispatch a moment later see the same state."""
-        if qualified_name not in self._live:
+        """The registry's row now (with its server): read once per step, or, while `listening`, once until
+        a change in the org's registry is notified. The policy at proposal and the re-check at dispatch a
+        moment later see the same state."""
+        if self.notices is not None:
+            self._heard(self.notices.changes())
+        if qualified_name not in self._tools:
             # Only what the policy and the call need: the rows' schemas, definitions and encrypted secrets
             # cost more to load than the query (the pool decrypts a server's secrets once per change).
             tool, server, sql = live_tool_read()
@@ -196,6 +199,6 @@ class Ledger:
             for row in fetch(sql, [tool.param("org", self.run.org_id), qualified_name]):  # one at most
                 live = tool.instance(row[:len(tool)])
                 live.server = server.instance(row[len(tool):])
-            self._live[qualified_name] = live
-        return self._live[qualified_name]
+            self._tools[qualified_name] = live
+        return self._tools[qualified_name]
 

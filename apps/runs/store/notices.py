@@ -1,0 +1,94 @@
+"""What changed under a run while a worker drives it, heard from Postgres rather than read at every step.
+
+A step used to read two things that another process may change meanwhile: the run row at its start (a
+cancel, the lease taken over) and the tool's registry row before the policy's check at dispatch (a tool
+quarantined, a server disabled). Each read is a round trip to Postgres, which on these machines costs more
+than the statement (bench/run.py, docs/performance.md). Instead, while a task drives a run, its connection
+LISTENs on the run's channel and on its org's registry channel (the triggers of migration runs/0006 notify
+them on commit), and a check drains what has arrived: a poll of the socket, no round trip. When nothing has
+arrived, what the store read last is still current, up to the time a notice takes to arrive (well under a
+millisecond here): the same window as the one between a read and the commit it guarded.
+
+Not listening (SQLite, a connection Django replaced mid-task, a caller's transaction around the engine, in
+which notices are not delivered and the caller's own changes are not notified): every check answers
+"changed", and the store reads as before.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+
+logger = logging.getLogger(__name__)
+
+
+def run_channel(run_id: Any) -> str:
+    return f"airlock_run_{str(run_id).replace('-', '')}"
+
+
+def registry_channel(org_id: Any) -> str:
+    return f"airlock_registry_{str(org_id).replace('-', '')}"
+
+
+@dataclass
+class Changes:
+    run: bool
+    registry: bool
+
+
+EVERYTHING = Changes(run=True, registry=True)
+
+
+class ChangeNotices:
+    """The run's and its org's change notices on the store's connection, from `listen()` to `close()`."""
+
+    def __init__(self, run_id: Any, org_id: Any, using: str = "default") -> None:
+        self.channels = (run_channel(run_id), registry_channel(org_id))
+        self.using = using
+        self._raw: Any = None  # the psycopg connection that listens; None when not listening
+
+    def listen(self) -> bool:
+        """Starts listening (one round trip). False where notices cannot be heard: the store reads instead.
+        Whatever committed before this returns is not notified: read after it, not before."""
+        connection = connections[self.using]
+        if connection.vendor != "postgresql" or connection.in_atomic_block:
+            return False
+        connection.ensure_connection()
+        raw = connection.connection
+        with connection.wrap_database_errors:
+            raw.execute("; ".join(f'LISTEN "{channel}"' for channel in self.channels), prepare=False)
+        self._raw, self._own_pid = raw, raw.info.backend_pid
+        return True
+
+    def changes(self) -> Changes:
+        """What was notified since the last call (EVERYTHING when not listening). Notices of this connection's
+        own changes are skipped: the store knows what it wrote."""
+        connection = connections[self.using]
+        raw = self._raw
+        if raw is None or connection.connection is not raw or connection.in_atomic_block:
+            return EVERYTHING
+        run = registry = False
+        with connection.wrap_database_errors:
+            for notice in raw.notifies(timeout=0):
+                if notice.pid == self._own_pid:
+                    continue
+                run |= notice.channel == self.channels[0]
+                registry |= notice.channel == self.channels[1]
+        return Changes(run=run, registry=registry)
+
+    def close(self) -> None:
+        """Stops listening, so an idle pooled connection holds no channel (Postgres keeps every notice queued
+        until each listener has read it)."""
+        raw, self._raw = self._raw, None
+        connection = connections[self.using]
+        if raw is None or connection.connection is not raw or raw.closed or connection.in_atomic_block:
+            return
+        try:
+            raw.execute("; ".join(f'UNLISTEN "{channel}"' for channel in self.channels), prepare=False)
+            for _ in raw.notifies(timeout=0):  # what arrived meanwhile: nobody will ask for it
+                pass
+        except Exception:  # the connection broke: its channels went with it
+            logger.debug("UNLISTEN failed; the connection is gone or going", exc_info=True)

@@ -1,0 +1,127 @@
+"""Changes another process makes under a running run reach the engine at its next check: a cancel at the
+next step boundary, a quarantined tool at the next dispatch. While a task drives a run the engine reads the
+run row and the tools' rows only when Postgres notifies a change (apps/runs/store/notices.py), so these run
+in autocommit (`transaction=True`), as a worker does: the changes commit from another connection mid-run."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection, connections
+from django.test.utils import CaptureQueriesContext
+
+from apps.registry import services as registry_services
+from apps.registry.models import Tool
+from apps.runs import services
+from apps.runs.engine import tools as engine_tools
+from apps.runs.models import Run, RunStep, ToolCall
+from apps.runs.store.notices import ChangeNotices
+from apps.runs.store.reads import live_tool_read, run_read
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def lookups(*orders: str) -> list[dict]:
+    return [{"call": [{"tool": "orders.get_order_status", "args": {"order_id": order}}]} for order in orders]
+
+
+def crew_of(desk, script: list[dict]):
+    agent = desk.agent("Looker", [*script, {"say": "Looked.\nSTATUS: done\nREASON: ok"}],
+                       [{"tool": "orders.get_order_status", "policy": "auto"}])
+    return desk.sequential("Lookups", [("look", agent, "Look up {order_id}.", [])])
+
+
+def in_another_connection(change) -> None:
+    """`change()` committed by another connection (another thread's), as a person's request would be."""
+    failures = []
+
+    def run() -> None:
+        try:
+            change()
+        except Exception as exc:  # surfaced in the test, not lost in the thread
+            failures.append(exc)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(30)
+    assert not failures, failures
+
+
+def during_first_tool_call(monkeypatch, change) -> None:
+    """Runs `change` in another connection while the run's first tool call is in flight."""
+    real, done = engine_tools.call_tool, []
+
+    def call_tool(*args, **kwargs):
+        result = real(*args, **kwargs)
+        if not done:
+            done.append(True)
+            in_another_connection(change)
+        return result
+
+    monkeypatch.setattr(engine_tools, "call_tool", call_tool)
+
+
+def test_a_cancel_during_a_tool_call_stops_the_run_before_its_next_model_call(desk, monkeypatch):
+    crew = crew_of(desk, lookups("A-1001", "A-1002", "A-1003"))
+    run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
+                             enqueue=False)
+    during_first_tool_call(monkeypatch, lambda: services.cancel_run(actor=desk.actor, run_id=run.id))
+    run = services.drive_run(run_id=run.id)
+    assert run.status == "cancelled" and run.cancel_requested
+    assert ToolCall.objects.filter(run=run).count() == 1  # the call in flight finished; no other was made
+    assert RunStep.objects.filter(run=run, kind="llm").count() == 1  # and the model was not asked again
+
+
+def test_a_tool_quarantined_during_a_run_is_refused_at_its_next_call(desk, monkeypatch):
+    crew = crew_of(desk, lookups("A-1001", "A-1002"))
+    run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
+                             enqueue=False)
+    tool = Tool.objects.get(org_id=desk.actor.org_id, qualified_name="orders.get_order_status")
+    during_first_tool_call(monkeypatch, lambda: registry_services.update_tool(actor=desk.actor, tool_id=tool.id,
+                                                                              state="quarantined"))
+    run = services.drive_run(run_id=run.id)
+    first, second = ToolCall.objects.filter(run=run).order_by("created_at")
+    assert first.state == "succeeded"
+    assert second.state == "denied" and second.dispatched_at is None and "quarantined" in second.reason
+
+
+def test_a_run_driven_in_a_worker_reads_its_row_and_its_tool_once_a_task_not_every_step(desk):
+    crew = crew_of(desk, lookups("A-1001", "A-1002", "A-1003"))
+    run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
+                             enqueue=False)
+    with CaptureQueriesContext(connection) as queries:
+        run = services.drive_run(run_id=run.id)
+    assert run.status == "succeeded" and ToolCall.objects.filter(run=run, state="succeeded").count() == 3
+    def times(sql: str) -> int:  # the captured statements have their parameters filled in
+        return sum(q["sql"].startswith(sql.split(" WHERE ")[0] + " WHERE ") for q in queries.captured_queries)
+
+    assert times(run_read()[1]) == 1  # once after LISTEN; then only when notified
+    assert times(live_tool_read()[2]) == 1
+
+
+def test_notices_name_other_connections_changes_to_this_run_and_this_org_only(desk):
+    crew = crew_of(desk, [])
+    run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
+                             enqueue=False)
+    other = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1002", "amount_cents": 1},
+                               enqueue=False)
+    notices = ChangeNotices(run.id, run.org_id)
+    assert notices.listen()
+    assert notices.changes().run is False
+    Run.objects.filter(id=run.id).update(status="running")  # this connection's own change: the store knows it
+    assert notices.changes().run is False
+    in_another_connection(lambda: Run.objects.filter(id=other.id).update(cancel_requested=True))
+    assert notices.changes().run is False  # another run's
+    in_another_connection(lambda: Run.objects.filter(id=run.id).update(cancel_requested=True))
+    assert notices.changes().run is True
+    assert notices.changes().run is False  # told once
+    in_another_connection(lambda: Tool.objects.filter(org_id=run.org_id).update(state="disabled"))
+    assert notices.changes().registry is True
+    notices.close()
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_listening_channels()")
+        assert cursor.fetchone()[0] == 0  # a pooled connection keeps no channel after the task
+    assert notices.changes().run is True  # no longer listening: everything counts as changed
