@@ -137,6 +137,9 @@ if DATABASE_URL:
         options = DATABASES["default"].setdefault("OPTIONS", {})
         options.update(server_side_binding=True, prepare_threshold=5)
         options["options"] = f"{options.get('options', '')} -c plan_cache_mode=force_custom_plan".strip()
+    # Workers LISTEN for changes to the runs they drive (apps/runs/store/notices.py). LISTEN needs a session
+    # of its own: behind a pooler in transaction mode (PgBouncer) say 0, and the engine reads every step.
+    AIRLOCK_CHANGE_NOTICES = env_bool("AIRLOCK_CHANGE_NOTICES", default=True)
     if env_bool("AIRLOCK_DB_POOL") and DATABASES["default"]["ENGINE"].endswith("postgresql"):
         # ASGI processes (web, gateway; config/asgi.py and config/gateway.py set this) run a request's ORM
         # calls on a thread of that request: persistent per-thread connections pile up until Postgres

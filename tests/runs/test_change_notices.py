@@ -125,3 +125,14 @@ def test_notices_name_other_connections_changes_to_this_run_and_this_org_only(de
         cursor.execute("SELECT count(*) FROM pg_listening_channels()")
         assert cursor.fetchone()[0] == 0  # a pooled connection keeps no channel after the task
     assert notices.changes().run is True  # no longer listening: everything counts as changed
+
+
+def test_with_notices_off_a_run_reads_its_row_every_step_and_still_stops_on_a_cancel(desk, monkeypatch, settings):
+    settings.AIRLOCK_CHANGE_NOTICES = False  # behind a pooler in transaction mode
+    crew = crew_of(desk, lookups("A-1001", "A-1002", "A-1003"))
+    run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
+                             enqueue=False)
+    assert not ChangeNotices(run.id, run.org_id).listen()
+    during_first_tool_call(monkeypatch, lambda: services.cancel_run(actor=desk.actor, run_id=run.id))
+    run = services.drive_run(run_id=run.id)
+    assert run.status == "cancelled" and ToolCall.objects.filter(run=run).count() == 1

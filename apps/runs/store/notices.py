@@ -9,9 +9,10 @@ them on commit), and a check drains what has arrived: a poll of the socket, no r
 arrived, what the store read last is still current, up to the time a notice takes to arrive (well under a
 millisecond here): the same window as the one between a read and the commit it guarded.
 
-Not listening (SQLite, a connection Django replaced mid-task, a caller's transaction around the engine, in
-which notices are not delivered and the caller's own changes are not notified): every check answers
-"changed", and the store reads as before.
+Not listening (SQLite, `AIRLOCK_CHANGE_NOTICES=0` behind a pooler in transaction mode, where a LISTEN
+would stay on a server connection other clients get next, a connection Django replaced mid-task, a
+caller's transaction around the engine, in which notices are not delivered and the caller's own changes
+are not notified): every check answers "changed", and the store reads as before.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import connections
 
 logger = logging.getLogger(__name__)
@@ -54,7 +56,8 @@ class ChangeNotices:
         """Starts listening (one round trip). False where notices cannot be heard: the store reads instead.
         Whatever committed before this returns is not notified: read after it, not before."""
         connection = connections[self.using]
-        if connection.vendor != "postgresql" or connection.in_atomic_block:
+        if (connection.vendor != "postgresql" or connection.in_atomic_block
+                or not getattr(settings, "AIRLOCK_CHANGE_NOTICES", True)):  # off behind a transaction pooler
             return False
         connection.ensure_connection()
         raw = connection.connection
