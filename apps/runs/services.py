@@ -31,6 +31,7 @@ from apps.agents.prompts import compose_supervisor_prompt
 from apps.approvals import services as approvals
 from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
+from apps.core.db import pipeline
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.rows import Columns, fetch
 from apps.costs import selectors as budgets
@@ -43,6 +44,7 @@ from apps.runs.events import _publish as publish_event
 from apps.runs.events import append_event, publish_status
 from apps.runs.models import CallState, Run, RunStatus, ToolCall
 from apps.runs.store import RunStore, lease_seconds, lock_pending_requests
+from apps.runs.store.notices import ChangeNotices
 
 logger = logging.getLogger(__name__)
 
@@ -445,17 +447,31 @@ def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
     """
     run_id = str(run_id)
     owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    run = _claim(run_id, owner)
-    if run is None:
-        return "skipped"
-    store = RunStore(run_id, owner, run=run)
+    # Another process's changes to the run or its tools are told while this task drives it, not read at every
+    # step (apps/runs/store/notices.py). The LISTEN goes out in the claim's round trip.
+    notices = ChangeNotices(run_id)
+    try:
+        with pipeline():
+            heard = notices.listen()
+            run = _claim(run_id, owner)
+        if run is None:
+            return "skipped"
+        notices.org_id = run.org_id
+        return _advance_claimed(RunStore(run_id, owner, run=run), notices if heard else None,
+                                enqueue_next=enqueue_next)
+    finally:
+        notices.close()
+
+
+def _advance_claimed(store: RunStore, notices: ChangeNotices | None, *, enqueue_next: bool) -> str:
+    run, run_id = store.run, store.run_id
+    store.notices = notices
     if run.deliveries > max_deliveries():
         store.finish(RunStatus.FAILED, error=f"The worker running this run was lost {run.deliveries} times; "
                                              "giving up instead of trying again.", error_class="internal")
         return "finished"
     try:
-        with store.listening():  # another process's changes to the run or its tools, told rather than read
-            outcome = advance(store)
+        outcome = advance(store)
         if outcome == "continue":
             store.release()
             if enqueue_next:

@@ -16,7 +16,7 @@ from apps.registry.models import Tool
 from apps.runs import services
 from apps.runs.engine import tools as engine_tools
 from apps.runs.models import Run, RunStep, ToolCall
-from apps.runs.store.notices import ChangeNotices
+from apps.runs.store.notices import REGISTRY_CHANNEL, ChangeNotices
 from apps.runs.store.reads import live_tool_read, run_read
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -48,6 +48,11 @@ def in_another_connection(change) -> None:
     thread.start()
     thread.join(30)
     assert not failures, failures
+
+
+def notify_registry_of(org: str) -> None:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [REGISTRY_CHANNEL, org])
 
 
 def during_first_tool_call(monkeypatch, change) -> None:
@@ -88,7 +93,7 @@ def test_a_tool_quarantined_during_a_run_is_refused_at_its_next_call(desk, monke
     assert second.state == "denied" and second.dispatched_at is None and "quarantined" in second.reason
 
 
-def test_a_run_driven_in_a_worker_reads_its_row_and_its_tool_once_a_task_not_every_step(desk):
+def test_a_run_driven_in_a_worker_reads_its_row_at_the_claim_and_its_tool_once_not_every_step(desk):
     crew = crew_of(desk, lookups("A-1001", "A-1002", "A-1003"))
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
                              enqueue=False)
@@ -98,7 +103,7 @@ def test_a_run_driven_in_a_worker_reads_its_row_and_its_tool_once_a_task_not_eve
     def times(sql: str) -> int:  # the captured statements have their parameters filled in
         return sum(q["sql"].startswith(sql.split(" WHERE ")[0] + " WHERE ") for q in queries.captured_queries)
 
-    assert times(run_read()[1]) == 1  # once after LISTEN; then only when notified
+    assert times(run_read()[1]) == 0  # the claim read it, with the LISTEN; then only when notified
     assert times(live_tool_read()[2]) == 1
 
 
@@ -118,6 +123,8 @@ def test_notices_name_other_connections_changes_to_this_run_and_this_org_only(de
     in_another_connection(lambda: Run.objects.filter(id=run.id).update(cancel_requested=True))
     assert notices.changes().run is True
     assert notices.changes().run is False  # told once
+    in_another_connection(lambda: notify_registry_of("0" * 32))  # as the trigger does for another org's tool
+    assert notices.changes().registry is False
     in_another_connection(lambda: Tool.objects.filter(org_id=run.org_id).update(state="disabled"))
     assert notices.changes().registry is True
     notices.close()

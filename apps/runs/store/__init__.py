@@ -83,7 +83,7 @@ class RunStore(Ledger):
         # again: kept from step to step while change notices are heard (`listening`), else read every step.
         self._tools: dict[str, Any] = {}
         self._run_stale = False
-        self.notices: ChangeNotices | None = None
+        self.notices: ChangeNotices | None = None  # set by the task that claimed the run (advance_run)
         self._overrides: dict[tuple[str, str], ModelPrice | None] = {}  # (provider, model) -> the org's price
         self._used: set[tuple[str, Any]] | None = None  # the run's usage so far, for the rollup's run counts
         # Writes gathered into the store's next transaction (see `atomic`).
@@ -186,20 +186,6 @@ class RunStore(Ledger):
 
     # --- the run row ----------------------------------------------------------------------------
 
-    @contextmanager
-    def listening(self) -> Iterator[None]:
-        """While the block drives the run, another process's changes to the run or to its org's registry are
-        notified (store/notices.py), and a step reads the run row and the tools' rows only when one came."""
-        notices = ChangeNotices(self.run_id, self.run.org_id)
-        if notices.listen():
-            self.notices = notices
-            self._fresh, self._run_stale = False, True  # the row was read before the LISTEN: once more, after
-        try:
-            yield
-        finally:
-            self.notices = None
-            notices.close()
-
     def _heard(self, changes: Changes) -> None:
         if changes.registry:
             self._tools.clear()
@@ -207,8 +193,8 @@ class RunStore(Ledger):
 
     def refresh(self) -> Run:
         """The run row at a step boundary (cancel, lease, status): read again, all but the snapshot and inputs
-        (they never change after the run starts), unless it was just read or, while `listening`, nobody else
-        changed it since. The counters this worker adds it keeps current itself (`_write_end`)."""
+        (they never change after the run starts), unless it was just read or, while its `notices` are heard,
+        nobody else changed it since. The counters this worker adds it keeps current itself (`_write_end`)."""
         self._heard(self.notices.changes() if self.notices is not None else EVERYTHING)
         if not self._fresh and self._run_stale:
             columns, sql = run_read()

@@ -186,9 +186,9 @@ class Ledger:
         return True
 
     def live_tool(self, qualified_name: str) -> Tool | None:
-        """The registry's row now (with its server): read once per step, or, while `listening`, once until
-        a change in the org's registry is notified. The policy at proposal and the re-check at dispatch a
-        moment later see the same state."""
+        """The registry's row now (with its server): read once per step, or, while the store's `notices` are
+        heard, once until a change in the org's registry is notified. The policy at proposal and the re-check
+        at dispatch a moment later see the same state."""
         if self.notices is not None:
             self._heard(self.notices.changes())
         if qualified_name not in self._tools:

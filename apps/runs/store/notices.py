@@ -4,8 +4,11 @@ A step used to read two things that another process may change meanwhile: the ru
 cancel, the lease taken over) and the tool's registry row before the policy's check at dispatch (a tool
 quarantined, a server disabled). Each read is a round trip to Postgres, which on these machines costs more
 than the statement (bench/run.py, docs/performance.md). Instead, while a task drives a run, its connection
-LISTENs on the run's channel and on its org's registry channel (the triggers of migration runs/0006 notify
-them on commit), and a check drains what has arrived: a poll of the socket, no round trip. When nothing has
+LISTENs on the run's channel and on the registry's (the triggers of migrations runs/0006-0007 notify them
+on commit; a registry notice names its org), and a check drains what has arrived: a poll of the socket, no
+round trip. The LISTEN goes out with the claim (`apps.runs.services.advance_run`), so the claimed row is
+current and nothing committed after it goes unheard: a change to the run waits for the claim's row lock,
+and so commits, and is notified, after the claim. When nothing has
 arrived, what the store read last is still current, up to the time a notice takes to arrive (well under a
 millisecond here): the same window as the one between a read and the commit it guarded.
 
@@ -31,8 +34,11 @@ def run_channel(run_id: Any) -> str:
     return f"airlock_run_{str(run_id).replace('-', '')}"
 
 
-def registry_channel(org_id: Any) -> str:
-    return f"airlock_registry_{str(org_id).replace('-', '')}"
+REGISTRY_CHANNEL = "airlock_registry"  # the payload: the changed row's org id, without dashes
+
+
+def org_payload(org_id: Any) -> str:
+    return str(org_id).replace("-", "")
 
 
 @dataclass
@@ -45,16 +51,19 @@ EVERYTHING = Changes(run=True, registry=True)
 
 
 class ChangeNotices:
-    """The run's and its org's change notices on the store's connection, from `listen()` to `close()`."""
+    """The run's and its org's change notices on the store's connection, from `listen()` to `close()`.
+    `org_id`: the run's org, when known (the claim tells); until then every registry notice counts."""
 
-    def __init__(self, run_id: Any, org_id: Any, using: str = "default") -> None:
-        self.channels = (run_channel(run_id), registry_channel(org_id))
+    def __init__(self, run_id: Any, org_id: Any = None, using: str = "default") -> None:
+        self.channels = (run_channel(run_id), REGISTRY_CHANNEL)
+        self.org_id = org_id
         self.using = using
         self._raw: Any = None  # the psycopg connection that listens; None when not listening
 
     def listen(self) -> bool:
-        """Starts listening (one round trip). False where notices cannot be heard: the store reads instead.
-        Whatever committed before this returns is not notified: read after it, not before."""
+        """Starts listening (in a `pipeline`, with the next statement's round trip). False where notices
+        cannot be heard: the store reads instead. What committed before the LISTEN is not notified: read
+        after it (or, as the claim does, lock the row it guards in the same transaction)."""
         connection = connections[self.using]
         if (connection.vendor != "postgresql" or connection.in_atomic_block
                 or not getattr(settings, "AIRLOCK_CHANGE_NOTICES", True)):  # off behind a transaction pooler
@@ -62,7 +71,8 @@ class ChangeNotices:
         connection.ensure_connection()
         raw = connection.connection
         with connection.wrap_database_errors:
-            raw.execute("; ".join(f'LISTEN "{channel}"' for channel in self.channels), prepare=False)
+            for channel in self.channels:  # one statement each: a pipeline takes no batch of several
+                raw.execute(f'LISTEN "{channel}"', prepare=False)
         self._raw, self._own_pid = raw, raw.info.backend_pid
         return True
 
@@ -79,7 +89,8 @@ class ChangeNotices:
                 if notice.pid == self._own_pid:
                     continue
                 run |= notice.channel == self.channels[0]
-                registry |= notice.channel == self.channels[1]
+                registry |= notice.channel == REGISTRY_CHANNEL and (
+                    self.org_id is None or notice.payload == org_payload(self.org_id))
         return Changes(run=run, registry=registry)
 
     def close(self) -> None:
