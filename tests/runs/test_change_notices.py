@@ -6,6 +6,7 @@ in autocommit (`transaction=True`), as a worker does: the changes commit from an
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 from django.db import connection, connections
@@ -16,7 +17,7 @@ from apps.registry.models import Tool
 from apps.runs import services
 from apps.runs.engine import tools as engine_tools
 from apps.runs.models import Run, RunStep, ToolCall
-from apps.runs.store.notices import REGISTRY_CHANNEL, ChangeNotices
+from apps.runs.store.notices import REGISTRY_CHANNEL, ChangeNotices, Changes
 from apps.runs.store.reads import live_tool_read, run_read
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -47,7 +48,7 @@ def in_another_connection(change) -> None:
     thread = threading.Thread(target=run)
     thread.start()
     thread.join(30)
-    assert not failures, failures
+    assert not thread.is_alive() and not failures, failures
 
 
 def notify_registry_of(org: str) -> None:
@@ -64,6 +65,7 @@ def during_first_tool_call(monkeypatch, change) -> None:
         if not done:
             done.append(True)
             in_another_connection(change)
+            time.sleep(0.2)  # the rest of the call: its notice arrives meanwhile, as a real change's would
         return result
 
     monkeypatch.setattr(engine_tools, "call_tool", call_tool)
@@ -78,6 +80,23 @@ def test_a_cancel_during_a_tool_call_stops_the_run_before_its_next_model_call(de
     assert run.status == "cancelled" and run.cancel_requested
     assert ToolCall.objects.filter(run=run).count() == 1  # the call in flight finished; no other was made
     assert RunStep.objects.filter(run=run, kind="llm").count() == 1  # and the model was not asked again
+
+
+def test_a_cancel_committed_just_after_the_claim_stops_the_run_at_its_first_step(desk, monkeypatch):
+    crew = crew_of(desk, lookups("A-1001", "A-1002"))
+    run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
+                             enqueue=False)
+    advance = services._advance_claimed
+
+    def claimed_then_cancelled(*args, **kwargs):  # the claim and its LISTEN committed, no step made yet
+        in_another_connection(lambda: services.cancel_run(actor=desk.actor, run_id=run.id))
+        time.sleep(0.2)  # its notice is on this connection's socket before the first step looks
+        return advance(*args, **kwargs)
+
+    monkeypatch.setattr(services, "_advance_claimed", claimed_then_cancelled)
+    run = services.drive_run(run_id=run.id)
+    assert run.status == "cancelled"
+    assert not RunStep.objects.filter(run=run).exists()  # stopped at the first boundary: no turn, no model call
 
 
 def test_a_tool_quarantined_during_a_run_is_refused_at_its_next_call(desk, monkeypatch):
@@ -107,6 +126,20 @@ def test_a_run_driven_in_a_worker_reads_its_row_at_the_claim_and_its_tool_once_n
     assert times(live_tool_read()[2]) == 1
 
 
+def heard_until(notices: ChangeNotices, what: str) -> Changes:
+    """Every change notified until `what` ("run" or "registry") was: notices arrive a moment after their
+    commit, and in commit order, so what was notified before the one awaited has arrived too."""
+    run = registry = False
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        changes = notices.changes()
+        run, registry = run or changes.run, registry or changes.registry
+        if getattr(changes, what):
+            return Changes(run=run, registry=registry)
+        time.sleep(0.01)
+    raise AssertionError(f"no {what} notice within 10 s")
+
+
 def test_notices_name_other_connections_changes_to_this_run_and_this_org_only(desk):
     crew = crew_of(desk, [])
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
@@ -115,23 +148,19 @@ def test_notices_name_other_connections_changes_to_this_run_and_this_org_only(de
                                enqueue=False)
     notices = ChangeNotices(run.id, run.org_id)
     assert notices.listen()
-    assert notices.changes().run is False
     Run.objects.filter(id=run.id).update(status="running")  # this connection's own change: the store knows it
-    assert notices.changes().run is False
-    in_another_connection(lambda: Run.objects.filter(id=other.id).update(cancel_requested=True))
-    assert notices.changes().run is False  # another run's
-    in_another_connection(lambda: Run.objects.filter(id=run.id).update(cancel_requested=True))
-    assert notices.changes().run is True
-    assert notices.changes().run is False  # told once
-    in_another_connection(lambda: notify_registry_of("0" * 32))  # as the trigger does for another org's tool
-    assert notices.changes().registry is False
+    in_another_connection(lambda: Run.objects.filter(id=other.id).update(cancel_requested=True))  # another run's
     in_another_connection(lambda: Tool.objects.filter(org_id=run.org_id).update(state="disabled"))
-    assert notices.changes().registry is True
+    assert heard_until(notices, "registry") == Changes(run=False, registry=True)
+    in_another_connection(lambda: notify_registry_of("0" * 32))  # as the trigger does for another org's tool
+    in_another_connection(lambda: Run.objects.filter(id=run.id).update(cancel_requested=True))
+    assert heard_until(notices, "run") == Changes(run=True, registry=False)
+    assert notices.changes() == Changes(run=False, registry=False)  # told once
     notices.close()
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pg_listening_channels()")
         assert cursor.fetchone()[0] == 0  # a pooled connection keeps no channel after the task
-    assert notices.changes().run is True  # no longer listening: everything counts as changed
+    assert notices.changes() == Changes(run=True, registry=True)  # no longer listening: everything counts
 
 
 def test_with_notices_off_a_run_reads_its_row_every_step_and_still_stops_on_a_cancel(desk, monkeypatch, settings):

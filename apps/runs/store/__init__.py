@@ -80,7 +80,7 @@ class RunStore(Ledger):
         self._budgets: dict[str, bool] = {}  # agent id -> does any budget apply to its calls
         self._live: dict[str, Any] = {}  # approvals read in this step
         # The registry's rows of the tools called (with their servers), and whether the run row must be read
-        # again: kept from step to step while change notices are heard (`listening`), else read every step.
+        # again: kept from step to step while change notices are heard (`notices`), else read every step.
         self._tools: dict[str, Any] = {}
         self._run_stale = False
         self.notices: ChangeNotices | None = None  # set by the task that claimed the run (advance_run)
@@ -195,8 +195,12 @@ class RunStore(Ledger):
         """The run row at a step boundary (cancel, lease, status): read again, all but the snapshot and inputs
         (they never change after the run starts), unless it was just read or, while its `notices` are heard,
         nobody else changed it since. The counters this worker adds it keeps current itself (`_write_end`)."""
-        self._heard(self.notices.changes() if self.notices is not None else EVERYTHING)
-        if not self._fresh and self._run_stale:
+        if self.notices is None:  # not heard: read at every boundary but the first (the claim just read it)
+            self._heard(EVERYTHING)
+            self._run_stale = not self._fresh
+        else:  # what was notified since the claim's read, or since the last read
+            self._heard(self.notices.changes())
+        if self._run_stale:
             columns, sql = run_read()
             found = fetch(sql, [columns.param("id", self.run_id)])
             if not found:

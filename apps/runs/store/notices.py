@@ -85,13 +85,23 @@ class ChangeNotices:
             return EVERYTHING
         run = registry = False
         with connection.wrap_database_errors:
-            for notice in raw.notifies(timeout=0):
+            for notice in self._drain(raw):
                 if notice.pid == self._own_pid:
                     continue
                 run |= notice.channel == self.channels[0]
                 registry |= notice.channel == REGISTRY_CHANNEL and (
                     self.org_id is None or notice.payload == org_payload(self.org_id))
         return Changes(run=run, registry=registry)
+
+    @staticmethod
+    def _drain(raw: Any) -> list[Any]:
+        """Every notice received so far. psycopg's `notifies(timeout=0)` returns the ones it kept from earlier
+        queries without polling the socket when it has any, so it is asked until an answer comes back empty:
+        that one has polled the socket."""
+        notices = []
+        while batch := list(raw.notifies(timeout=0)):
+            notices += batch
+        return notices
 
     def close(self) -> None:
         """Stops listening, so an idle pooled connection holds no channel (Postgres keeps every notice queued
@@ -102,7 +112,6 @@ class ChangeNotices:
             return
         try:
             raw.execute("; ".join(f'UNLISTEN "{channel}"' for channel in self.channels), prepare=False)
-            for _ in raw.notifies(timeout=0):  # what arrived meanwhile: nobody will ask for it
-                pass
+            self._drain(raw)  # what arrived meanwhile: nobody will ask for it
         except Exception:  # the connection broke: its channels went with it
             logger.debug("UNLISTEN failed; the connection is gone or going", exc_info=True)
