@@ -457,15 +457,15 @@ def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
         if run is None:
             return "skipped"
         notices.org_id = run.org_id
-        return _advance_claimed(RunStore(run_id, owner, run=run), notices if heard else None,
-                                enqueue_next=enqueue_next)
+        store = RunStore(run_id, owner, run=run)
+        store.notices = notices if heard else None
+        return _advance_claimed(store, enqueue_next=enqueue_next)
     finally:
         notices.close()
 
 
-def _advance_claimed(store: RunStore, notices: ChangeNotices | None, *, enqueue_next: bool) -> str:
+def _advance_claimed(store: RunStore, *, enqueue_next: bool) -> str:
     run, run_id = store.run, store.run_id
-    store.notices = notices
     if run.deliveries > max_deliveries():
         store.finish(RunStatus.FAILED, error=f"The worker running this run was lost {run.deliveries} times; "
                                              "giving up instead of trying again.", error_class="internal")

@@ -8,9 +8,9 @@ LISTENs on the run's channel and on the registry's (the triggers of migrations r
 on commit; a registry notice names its org), and a check drains what has arrived: a poll of the socket, no
 round trip. The LISTEN goes out with the claim (`apps.runs.services.advance_run`), so the claimed row is
 current and nothing committed after it goes unheard: a change to the run waits for the claim's row lock,
-and so commits, and is notified, after the claim. When nothing has
-arrived, what the store read last is still current, up to the time a notice takes to arrive (well under a
-millisecond here): the same window as the one between a read and the commit it guarded.
+and so commits, and is notified, after the claim. When nothing has arrived, what the store read last is
+still current, up to the time a notice takes to arrive (well under a millisecond here): the same window
+as the one between a read and the commit it guarded.
 
 Not listening (SQLite, `AIRLOCK_CHANGE_NOTICES=0` behind a pooler in transaction mode, where a LISTEN
 would stay on a server connection other clients get next, a connection Django replaced mid-task, a
@@ -30,18 +30,19 @@ from django.db import connections
 logger = logging.getLogger(__name__)
 
 
-def run_channel(run_id: Any) -> str:
-    return f"airlock_run_{str(run_id).replace('-', '')}"
-
-
 REGISTRY_CHANNEL = "airlock_registry"  # the payload: the changed row's org id, without dashes
 
 
-def org_payload(org_id: Any) -> str:
-    return str(org_id).replace("-", "")
+def _hex(uuid: Any) -> str:
+    """A UUID as the triggers write it (`replace(id::text, '-', '')`)."""
+    return str(uuid).replace("-", "")
 
 
-@dataclass
+def run_channel(run_id: Any) -> str:
+    return f"airlock_run_{_hex(run_id)}"
+
+
+@dataclass(frozen=True)
 class Changes:
     run: bool
     registry: bool
@@ -90,7 +91,7 @@ class ChangeNotices:
                     continue
                 run |= notice.channel == self.channels[0]
                 registry |= notice.channel == REGISTRY_CHANNEL and (
-                    self.org_id is None or notice.payload == org_payload(self.org_id))
+                    self.org_id is None or notice.payload == _hex(self.org_id))
         return Changes(run=run, registry=registry)
 
     @staticmethod
