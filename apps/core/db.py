@@ -141,8 +141,19 @@ def send_expected_update(queryset: QuerySet, **fields: Any) -> None:
         return
     query = queryset.query.chain(UpdateQuery)
     query.add_update_values(fields)
-    sql, params = query.get_compiler(queryset.db).as_sql()
-    cursor = connections[queryset.db].cursor()  # left open: the batch sets its results after this returns
+    send_expected(*query.get_compiler(queryset.db).as_sql(), using=queryset.db)
+
+
+def send_expected(sql: str, params: list[Any], *, using: str = "default") -> None:
+    """`send_expected_update` of an UPDATE built already (apps.core.rows.Update)."""
+    connection = connections[using]
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            if not cursor.rowcount:
+                raise NothingUpdated("An update expected to change a row changed none.")
+        return
+    cursor = connection.cursor()  # left open: the batch sets its results after this returns
     cursor.execute(_EXPECTED_UPDATE_SQL.format(update=sql, mark=_NOTHING_UPDATED), params)
 
 

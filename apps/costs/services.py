@@ -9,6 +9,7 @@ other notifiers) after commit; webhooks and email go through `apps.notifications
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -23,6 +24,7 @@ from apps.accounts.actors import Actor
 from apps.audit import services as audit
 from apps.core.errors import NotFound, ValidationFailed
 from apps.core.realtime import org_group, publish_after_commit
+from apps.core.rows import Inserts
 from apps.costs import rollup, selectors
 from apps.costs.models import DEFAULT_THRESHOLDS, Budget, BudgetAlert, BudgetScope, ModelPrice, UsageRecord
 from apps.costs.pricing import UNSET, Price, price_call
@@ -32,6 +34,11 @@ logger = logging.getLogger(__name__)
 
 # Called after commit with each new BudgetAlert, for anything beyond notifications' webhooks and email.
 BUDGET_NOTIFIERS: list[Callable[[BudgetAlert], None]] = []
+
+
+@functools.cache
+def _usage_inserts() -> Inserts:  # a usage row per model call, on the engine's step path (apps/core/rows.py)
+    return Inserts(UsageRecord)
 
 
 def record_usage(*, org_id: UUID | str, provider: str, model: str, input_tokens: int, output_tokens: int,
@@ -58,7 +65,7 @@ def record_usage(*, org_id: UUID | str, provider: str, model: str, input_tokens:
             org_id=org_id, run_id=run_id, crew_id=crew_id, agent_id=agent_id, provider=provider, model=model,
             input_tokens=input_tokens, cached_tokens=cached_tokens, output_tokens=output_tokens,
             cost_usd=price.cost_usd, price_source=price.source, latency_ms=latency_ms)
-        record.save()
+        _usage_inserts().send([record])
         if at is not None:  # auto_now_add stamps now: a call from history keeps its time
             record.created_at = at
             UsageRecord.objects.filter(id=record.id).update(created_at=at)

@@ -40,11 +40,13 @@ from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolC
 from apps.runs.store.ledger import Ledger
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
+    call_inserts,
     dump_messages,
     lease_seconds,
     load_messages,
     lock_pending_requests,
     run_read,
+    step_inserts,
     turn_read,
 )
 
@@ -431,13 +433,13 @@ class RunStore(Ledger):
                                provider=provider, model=model, input_tokens=tokens_in, output_tokens=tokens_out,
                                cached_tokens=cached, latency_ms=latency_ms, override=override, firsts=firsts,
                                budgets=False, price=price)
-            step.save(force_insert=True)
+            step_inserts().send([step])
             self._totals += totals
             self.event("llm.completed", step_id=str(step.id), turn_id=str(turn.id), agent=turn.agent_name,
                        model=model, provider=provider, tokens_in=tokens_in, tokens_out=tokens_out,
                        cached_tokens=cached, cost_usd=None if unknown else str(price.cost_usd),
                        latency_ms=latency_ms, tool_calls=len(calls))
-            ToolCall.objects.bulk_create(rows)  # as they are now: a row dispatched meanwhile goes in dispatched
+            call_inserts().send(rows)  # as they are now: a row dispatched meanwhile goes in dispatched
             self._unsaved.difference_update(row.id for row in rows)
             for row in rows:
                 self.event("tool.requested", tool_call_id=str(row.id), step_id=str(step.id), tool=row.qualified_name,

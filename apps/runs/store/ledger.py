@@ -13,11 +13,11 @@ from apps.approvals import services as approvals
 from apps.approvals import standing
 from apps.approvals.models import ApprovalRequest
 from apps.audit import services as audit
-from apps.core.db import send_expected_update
+from apps.core.db import send_expected
 from apps.core.rows import fetch
 from apps.registry.models import Tool
 from apps.runs.models import CallState, RunStep, ToolCall
-from apps.runs.store.reads import APPROVAL_TTL, last_calls_read, live_tool_read
+from apps.runs.store.reads import APPROVAL_TTL, completion_update, last_calls_read, live_tool_read
 
 
 class Ledger:
@@ -151,8 +151,9 @@ class Ledger:
         def write() -> None:
             # A batch shows no row count before its COMMIT: the statement checks it, and the store raises
             # LeaseLost when it finds none (another worker made the row `unknown` meanwhile).
-            send_expected_update(ToolCall.objects.filter(id=row.id, state=CallState.DISPATCHED), **fields,
-                                 updated_at=timezone.now())
+            update = completion_update()
+            send_expected(update.sql, update.params({**fields, "updated_at": timezone.now()},
+                                                    {"id": row.id, "state": CallState.DISPATCHED}))
             # Its event now, in order with the batch's others; LeaseLost rolls them all back.
             self._applied(row, expect=CallState.DISPATCHED, event="tool.completed", event_data=event_data,
                           fields=fields)

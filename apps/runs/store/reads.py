@@ -1,4 +1,4 @@
-"""The store's reads built once per process (apps/core/rows.py) and its small shared helpers."""
+"""The store's reads and per-step writes built once per process (apps/core/rows.py), and small shared helpers."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.conf import settings
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
-from apps.core.rows import Columns
+from apps.core.rows import Columns, Inserts, Update
 from apps.registry.models import McpServer, Tool
 from apps.registry.pool import LIVE_SERVER_FIELDS
 from apps.runs.models import Run, RunStep, ToolCall
@@ -51,6 +51,26 @@ def last_calls_read() -> tuple[Columns, Columns, str]:
         f"LEFT JOIN {requests.table} a ON a.id = t.approval_id "
         f"WHERE t.step_id = (SELECT l.id FROM {steps} l WHERE l.parent_id = %s AND l.kind = 'llm' "
         "ORDER BY l.position DESC LIMIT 1) ORDER BY t.position")
+
+
+# The writes of every tool step: its model call's step and ledger rows, the call's completion.
+@functools.cache
+def step_inserts() -> Inserts:
+    return Inserts(RunStep)
+
+
+@functools.cache
+def call_inserts() -> Inserts:
+    return Inserts(ToolCall)
+
+
+COMPLETION_FIELDS = ("state", "result", "error", "error_class", "findings", "finished_at", "updated_at")
+
+
+@functools.cache
+def completion_update() -> Update:
+    """`dispatched -> state` with the result: the key includes the state the row must still be in."""
+    return Update(ToolCall, COMPLETION_FIELDS, ("id", "state"))
 
 
 def lease_seconds() -> int:
