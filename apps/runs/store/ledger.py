@@ -151,9 +151,9 @@ class Ledger:
         def write() -> None:
             # A batch shows no row count before its COMMIT: the statement checks it, and the store raises
             # LeaseLost when it finds none (another worker made the row `unknown` meanwhile).
-            update = completion_update()
-            send_expected(update.sql, update.params({**fields, "updated_at": timezone.now()},
-                                                    {"id": row.id, "state": CallState.DISPATCHED}))
+            values = {**fields, "updated_at": timezone.now()}
+            update = completion_update(tuple(values))
+            send_expected(update.sql, update.params(values, {"id": row.id, "state": CallState.DISPATCHED}))
             # Its event now, in order with the batch's others; LeaseLost rolls them all back.
             self._applied(row, expect=CallState.DISPATCHED, event="tool.completed", event_data=event_data,
                           fields=fields)

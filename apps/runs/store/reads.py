@@ -64,13 +64,10 @@ def call_inserts() -> Inserts:
     return Inserts(ToolCall)
 
 
-COMPLETION_FIELDS = ("state", "result", "error", "error_class", "findings", "finished_at", "updated_at")
-
-
 @functools.cache
-def completion_update() -> Update:
+def completion_update(fields: tuple[str, ...]) -> Update:
     """`dispatched -> state` with the result: the key includes the state the row must still be in."""
-    return Update(ToolCall, COMPLETION_FIELDS, ("id", "state"))
+    return Update(ToolCall, fields, ("id", "state"))
 
 
 def lease_seconds() -> int:
