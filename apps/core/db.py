@@ -47,6 +47,17 @@ def _set_auto(sender: Any, connection: Any, **_: Any) -> None:
         cursor.execute("SET plan_cache_mode = auto")
 
 
+def connected(using: str = "default") -> Any:
+    """The Django connection `using`, open and, with CONN_HEALTH_CHECKS, checked, as Django's own cursor makes it:
+    code that speaks to psycopg's connection directly (a pipeline, a LISTEN) skips that cursor, and a connection
+    the database dropped while the process was idle (a restart, `pg_terminate_backend`) would fail its first
+    statement instead of being replaced."""
+    connection = connections[using]
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    return connection
+
+
 @contextmanager
 def pipeline(using: str = "default", *, commit: bool = False) -> Iterator[None]:
     """The statements inside go out without waiting for each one's answer (psycopg's pipeline mode):
@@ -66,7 +77,7 @@ def pipeline(using: str = "default", *, commit: bool = False) -> Iterator[None]:
     if connection.vendor != "postgresql" or not _can_pipeline():
         yield
         return
-    connection.ensure_connection()
+    connected(using)
     with _expected_updates(), connection.wrap_database_errors, connection.connection.pipeline():
         yield
         if commit and _ends_outermost(connection):

@@ -27,6 +27,8 @@ from typing import Any
 from django.conf import settings
 from django.db import connections
 
+from apps.core.db import connected
+
 logger = logging.getLogger(__name__)
 
 
@@ -69,8 +71,7 @@ class ChangeNotices:
         if (connection.vendor != "postgresql" or connection.in_atomic_block
                 or not getattr(settings, "AIRLOCK_CHANGE_NOTICES", True)):  # off behind a transaction pooler
             return False
-        connection.ensure_connection()
-        raw = connection.connection
+        raw = connected(self.using).connection
         with connection.wrap_database_errors:
             for channel in self.channels:  # one statement each: a pipeline takes no batch of several
                 raw.execute(f'LISTEN "{channel}"', prepare=False)
