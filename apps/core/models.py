@@ -51,3 +51,17 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.hostname
+
+
+class WorkerCheck(TenantModel):
+    """One press of "Check a worker now": the worker's answer is kept here as well as pushed.
+
+    A fast worker can answer before the browser has swapped in the waiting message the answer
+    is meant to replace; the page then reads the answer from this row instead of losing it.
+    """
+
+    answered_at = models.DateTimeField(null=True)
+    hostname = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return f"worker check {self.id}"

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from django.db import transaction
 from django.utils import timezone
 
-from apps.core.models import BroadcastMessage, WorkerHeartbeat
+from apps.core.models import BroadcastMessage, WorkerCheck, WorkerHeartbeat
 from apps.core.realtime import org_group, publish
 
 BROADCAST_RETENTION = timedelta(minutes=5)
+WORKER_CHECK_RETENTION = timedelta(hours=1)
 
 
 def record_worker_heartbeat(*, hostname: str) -> None:
@@ -24,14 +26,21 @@ def prune_broadcasts() -> int:
 
 
 def answer_worker_check(*, org_id: str, check_id: str, hostname: str) -> None:
-    """Publishes a worker's answer to a "check worker" request to the organisation's pages."""
+    """Records a worker's answer to a "check worker" request and pushes it to the organisation's pages."""
     record_worker_heartbeat(hostname=hostname)
+    now = timezone.now()
+    WorkerCheck.objects.filter(org_id=org_id, id=check_id).update(answered_at=now, hostname=hostname)
     publish(org_group(org_id), "system.worker_answered", check_id=check_id, hostname=hostname,
-            answered_at=timezone.now().isoformat())
+            answered_at=now.isoformat())
 
 
-def request_worker_check(*, org_id: str, check_id: str) -> None:
-    """Enqueues a worker round trip; the answer arrives over the org's websocket."""
+def request_worker_check(*, org_id: str) -> WorkerCheck:
+    """Records a check and enqueues a worker round trip; the answer arrives over the org's
+    websocket, and stays readable on the check for a page that swapped its waiting message in late."""
     from apps.core.tasks import check_worker
 
-    check_worker.delay(org_id, check_id)
+    with transaction.atomic():
+        WorkerCheck.objects.filter(org_id=org_id, created_at__lt=timezone.now() - WORKER_CHECK_RETENTION).delete()
+        check = WorkerCheck.objects.create(org_id=org_id)
+        transaction.on_commit(lambda: check_worker.delay(str(org_id), str(check.id)))
+    return check

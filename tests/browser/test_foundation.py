@@ -53,6 +53,16 @@ def test_a_worker_check_updates_the_page_live(page: Page, live_url, worker, owne
     expect(page.locator("[data-state=answered]")).to_contain_text("answered", timeout=20_000)
 
 
+def test_a_worker_check_is_answered_when_the_live_socket_is_down(page: Page, live_url, worker, owner):
+    """The pushed answer can be missed: a fast worker answers before the waiting message is swapped in,
+    or the socket is down. The waiting message then reads the answer itself."""
+    page.route_web_socket(re.compile(r".*/ws/org/.*"), lambda socket: socket.close())
+    sign_in(page, live_url, owner.user.email)
+    page.goto(f"{live_url}/settings/system/")
+    page.get_by_role("button", name="Check a worker now").click()
+    expect(page.locator("[data-state=answered]")).to_contain_text("answered", timeout=20_000)
+
+
 def test_the_layout_works_on_a_phone(page: Page, live_url, viewer):
     page.set_viewport_size({"width": 390, "height": 844})
     sign_in(page, live_url, viewer.user.email)

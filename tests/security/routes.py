@@ -16,6 +16,7 @@ from typing import Any
 from django.apps import apps as django_apps
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.converters import UUIDConverter
+from django.utils import timezone
 
 from apps.accounts import services as accounts
 from apps.accounts.actors import member_actor
@@ -23,7 +24,7 @@ from apps.accounts.models import Membership
 from apps.approvals import services as approvals
 from apps.approvals import standing
 from apps.approvals.models import ApprovalRequest
-from apps.core.models import TenantModel
+from apps.core.models import TenantModel, WorkerCheck
 from apps.costs import services as costs
 from apps.crews import services as crews
 from apps.gateway import services as gateway
@@ -215,6 +216,8 @@ def populate(org) -> Victim:
     webhook, _secret = notifications.create_webhook(actor=owner_actor, name=f"{MARKER} hook",
                                                     url="http://127.0.0.1:9/hook", events=["run.finished"])
     ids["webhook_id"] = str(webhook.id)
+    # An answered check, so a leak would show the marker.
+    ids["check_id"] = str(WorkerCheck.objects.create(org=org, answered_at=timezone.now(), hostname=MARKER).id)
     return Victim(org=org, owner=owner_of(org), ids=ids)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
 
 import pytest
 import websockets
@@ -13,8 +12,10 @@ from channels.testing.websocket import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
 
-from apps.core.services import request_worker_check
+from apps.core.models import WorkerCheck
+from apps.core.services import answer_worker_check, request_worker_check
 from config.asgi import application
+from tests.factories import make_org, owner_of
 from tests.processes import run_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -105,22 +106,21 @@ async def _listen_for(url: str, cookie: str, org_id, marker: str, *, idle_first:
 
 def test_an_event_published_by_a_worker_reaches_a_connected_browser(owner, live_url, worker):
     cookie = session_cookie(owner)
-    check_id = str(uuid.uuid4())
+    checks = []
     frame = run_async(_listen_for(
-        live_url, cookie, owner.org_id, f"worker-check-{check_id}",
-        trigger=lambda: request_worker_check(org_id=str(owner.org_id), check_id=check_id),
+        live_url, cookie, owner.org_id, "worker-check-",
+        trigger=lambda: checks.append(request_worker_check(org_id=str(owner.org_id))),
     ))
+    assert f'id="worker-check-{checks[0].id}"' in frame
     assert 'data-state="answered"' in frame
-    assert "answered" in frame
 
 
 def test_an_idle_socket_still_receives_events_after_the_redis_read_timeout(owner, live_url, worker):
     """redis-py 8 defaults socket_timeout to 5 s; an idle consumer must survive it."""
     cookie = session_cookie(owner)
-    check_id = str(uuid.uuid4())
     frame = run_async(_listen_for(
-        live_url, cookie, owner.org_id, f"worker-check-{check_id}", idle_first=7.0,
-        trigger=lambda: request_worker_check(org_id=str(owner.org_id), check_id=check_id),
+        live_url, cookie, owner.org_id, "worker-check-", idle_first=7.0,
+        trigger=lambda: request_worker_check(org_id=str(owner.org_id)),
     ))
     assert 'data-state="answered"' in frame
 
@@ -130,6 +130,24 @@ def test_the_check_worker_button_answers_with_a_waiting_state(client, owner):
     response = client.post("/settings/system/check-worker/", HTTP_HX_REQUEST="true")
     assert response.status_code == 200
     assert 'data-state="waiting"' in response.content.decode()
+
+
+def test_a_worker_answer_that_beat_the_waiting_message_is_still_shown(client, owner):
+    """The worker can answer before htmx has swapped in the message the pushed answer replaces;
+    the waiting message then reads the answer it missed, and only its own organisation's."""
+    check = WorkerCheck.objects.create(org=owner.org)  # requested; no worker has answered yet
+    client.force_login(owner.user)
+    url = f"/settings/system/check-worker/{check.id}/"
+    assert client.get(url, HTTP_HX_REQUEST="true").status_code == 204  # nothing to swap yet
+
+    answer_worker_check(org_id=str(owner.org_id), check_id=str(check.id), hostname="worker-7")
+    answered = client.get(url, HTTP_HX_REQUEST="true")
+    assert answered.status_code == 200
+    assert 'data-state="answered"' in answered.content.decode()
+    assert "worker-7" in answered.content.decode()
+
+    client.force_login(owner_of(make_org("Globex")).user)
+    assert client.get(url, HTTP_HX_REQUEST="true").status_code == 404
 
 
 def test_the_redis_layer_never_times_out_idle_reads():

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import uuid
-
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from apps.core import selectors, services
 from apps.web.access import member_required
@@ -28,6 +26,17 @@ def system(request: HttpRequest) -> HttpResponse:
 @require_POST
 @member_required()
 def check_worker(request: HttpRequest) -> HttpResponse:
-    check_id = str(uuid.uuid4())
-    services.request_worker_check(org_id=str(request.actor.org_id), check_id=check_id)
-    return render(request, "web/partials/_worker_check.html", {"check_id": check_id, "state": "waiting"})
+    check = services.request_worker_check(org_id=str(request.actor.org_id))
+    return render(request, "web/partials/_worker_check.html", {"check_id": check.id, "state": "waiting"})
+
+
+@require_GET
+@member_required()
+def worker_check(request: HttpRequest, check_id) -> HttpResponse:
+    """The waiting message asks once on arrival, then every few seconds: the answer when there is one,
+    else 204 (htmx swaps nothing), so an answer pushed before the message existed is not lost."""
+    check = selectors.get_worker_check(org_id=request.actor.org_id, check_id=check_id)
+    if check.answered_at is None:
+        return HttpResponse(status=204)
+    return render(request, "web/partials/_worker_check.html",
+                  {"check_id": check.id, "state": "answered", "hostname": check.hostname})
