@@ -332,6 +332,9 @@ def run_gateway(args, admin_url, report, table) -> None:
     report["gateway"] = data
     table.add("gateway tools/call vs direct stdio (p50)", data["gateway"]["p50_ms"], data["direct"]["p50_ms"],
               unit=" ms", target="ratio <= 2.5", ok=data["p50_ratio"] <= 2.5)
+    table.add("  the SDK-only proxy (one HTTP hop, no Airlock work)", data["floor"]["p50_ms"],
+              data["direct"]["p50_ms"], unit=" ms", target="info", ok=None,
+              note="a floor for any gateway built on the SDK")
 
 
 def run_history(args, admin_url, report, table) -> None:

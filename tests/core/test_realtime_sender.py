@@ -1,0 +1,54 @@
+"""The process's realtime sender: a burst of run nudges reaches a watcher as a few sends ending with the newest."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+from channels.layers import get_channel_layer
+
+from apps.core import realtime
+from tests.processes import run_async
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def _drain(layer, channel: str) -> list[dict]:
+    received = []
+    while True:
+        try:
+            received.append(await asyncio.wait_for(layer.receive(channel), 1.0))
+        except TimeoutError:
+            return received
+
+
+def _burst(group: str) -> float:
+    """Publishes 200 nudges about 0.5 ms apart, then a status; returns how long until all were sent."""
+    started = time.monotonic()
+    for seq in range(1, 201):
+        realtime.publish(group, "run.event", seq=seq)
+        time.sleep(0.0005)
+    realtime.publish(group, "run.status", status="succeeded")  # not a nudge: sent as it is, after them
+    assert realtime.flush(5.0)
+    return time.monotonic() - started
+
+
+def test_a_burst_of_nudges_arrives_as_a_few_sends_ending_with_the_newest():
+    layer = get_channel_layer()
+    group = f"run.burst-{time.monotonic_ns()}"
+
+    async def watch_a_burst() -> tuple[float, list[dict]]:
+        # One loop for the watcher throughout: the embedded layer delivers from a task on it.
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+        elapsed = await asyncio.to_thread(_burst, group)
+        return elapsed, await _drain(layer, channel)
+
+    elapsed, messages = run_async(watch_a_burst())
+    nudges = [m["data"]["seq"] for m in messages if m["event"] == "run.event"]
+    assert nudges[-1] == 200  # the newest always goes out: a watcher never stops short of the last event
+    assert nudges == sorted(set(nudges))
+    # at most one per interval (and the first at once): a worker's step does not pay a send per event
+    assert len(nudges) <= elapsed / realtime.NUDGE_INTERVAL_S + 2
+    assert [m["event"] for m in messages][-1] == "run.status"
