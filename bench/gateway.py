@@ -7,7 +7,9 @@ read the agent's grant allows): directly over stdio, and through `uvicorn config
 (Streamable HTTP in, the gateway's pooled stdio session out, policy, ledger and audit included).
 A third side is the floor: `uvicorn bench.gateway_floor:app`, a proxy of the same SDK parts with
 nothing of Airlock's (no key, policy, ledger or scan), what one SDK HTTP hop over the same pooled
-stdio session costs. Calls alternate in blocks so all sides see the same machine load. Prints
+stdio session costs. A fourth, `bench/gateway_bare.py`, answers `tools/call` without the SDK's server
+parts at all: what uvicorn, one HTTP request and the pooled call cost before any MCP server code runs,
+the floor of any Python gateway here. Calls alternate in blocks so all sides see the same machine load. Prints
 p50/p95 and the ratios and writes them as JSON. Target: p50 ratio <= 2.5 (the gateway adds about
 one HTTP hop).
 
@@ -32,7 +34,7 @@ from urllib.parse import urlparse, urlunparse
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = 100
 WARMUP = 30
-SIDES = ("direct", "gateway", "floor")
+SIDES = ("direct", "gateway", "floor", "bare")
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -94,7 +96,8 @@ def _prepare(data_file: Path) -> str:
     return raw
 
 
-async def _measure(url: str, key: str, data_file: Path, calls: int, floor_url: str = "") -> dict[str, list[float]]:
+async def _measure(url: str, key: str, data_file: Path, calls: int,
+                   floor_urls: dict[str, str]) -> dict[str, list[float]]:
     import httpx2
     from mcp import Client, StdioServerParameters
     from mcp.client.streamable_http import streamable_http_client
@@ -102,15 +105,15 @@ async def _measure(url: str, key: str, data_file: Path, calls: int, floor_url: s
     params = StdioServerParameters(command=sys.executable, args=["-m", "apps.demo.order_desk", "stdio"],
                                    env={"ORDER_DESK_DATA": str(data_file)}, cwd=str(ROOT))
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(60))
-    timings: dict[str, list[float]] = {"direct": [], "gateway": [], "floor": []}
+    timings: dict[str, list[float]] = {side: [] for side in SIDES}
     async with contextlib.AsyncExitStack() as stack:
         direct = await stack.enter_async_context(Client(params))
         via = await stack.enter_async_context(Client(streamable_http_client(url, http_client=http)))
         sides = {"direct": (direct, "get_order_status"), "gateway": (via, "orders.get_order_status")}
-        if floor_url:
+        for side, floor_url in floor_urls.items():
             floor_http = httpx2.AsyncClient(timeout=httpx2.Timeout(60))
             floor = await stack.enter_async_context(Client(streamable_http_client(floor_url, http_client=floor_http)))
-            sides["floor"] = (floor, "orders.get_order_status")
+            sides[side] = (floor, "orders.get_order_status")
         for client, name in sides.values():
             for _ in range(WARMUP):
                 assert not (await client.call_tool(name, {"order_id": "A-1001"})).is_error
@@ -153,7 +156,7 @@ def main(argv: list[str] | None = None) -> dict:
         from tests.processes import free_port, stop, wait_for_port
 
         urls = []
-        for app in ("config.gateway:app", "bench.gateway_floor:app"):
+        for app in ("config.gateway:app", "bench.gateway_floor:app", "bench.gateway_bare:app"):
             port = free_port()
             log = data_file.with_suffix(f".{app.split('.')[-1].split(':')[0]}.log")
             with log.open("w") as out:
@@ -164,7 +167,8 @@ def main(argv: list[str] | None = None) -> dict:
                     stderr=subprocess.STDOUT, start_new_session=True))
             wait_for_port(port, servers[-1], log)
             urls.append(f"http://127.0.0.1:{port}/mcp")
-        timings = asyncio.run(_measure(urls[0], key, data_file, args.calls, floor_url=urls[1]))
+        timings = asyncio.run(_measure(urls[0], key, data_file, args.calls,
+                                       floor_urls={"floor": urls[1], "bare": urls[2]}))
     finally:
         for server in servers:
             stop(server, timeout=15)
@@ -182,6 +186,7 @@ def main(argv: list[str] | None = None) -> dict:
     report["p50_ratio"] = round(report["gateway"]["p50_ms"] / report["direct"]["p50_ms"], 2)
     report["p95_ratio"] = round(report["gateway"]["p95_ms"] / report["direct"]["p95_ms"], 2)
     report["floor_p50_ratio"] = round(report["floor"]["p50_ms"] / report["direct"]["p50_ms"], 2)
+    report["bare_p50_ratio"] = round(report["bare"]["p50_ms"] / report["direct"]["p50_ms"], 2)
     report["target_p50_ratio"] = 2.5
     report["ok"] = report["p50_ratio"] <= 2.5
     print(f"{'tools/call':<10} {'p50 ms':>9} {'p95 ms':>9} {'mean ms':>9}   ({args.calls} calls each)")
@@ -191,7 +196,7 @@ def main(argv: list[str] | None = None) -> dict:
               f"protocol {timings['protocols'][side]}")
     print(f"{'ratio':<10} {report['p50_ratio']:>9.2f} {report['p95_ratio']:>9.2f}   "
           f"target p50 <= 2.5: {'ok' if report['ok'] else 'MISSED'}; the SDK-only floor's p50 ratio: "
-          f"{report['floor_p50_ratio']:.2f}")
+          f"{report['floor_p50_ratio']:.2f}, the bare proxy's: {report['bare_p50_ratio']:.2f}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(report, indent=2))
     return report

@@ -332,9 +332,12 @@ def run_gateway(args, admin_url, report, table) -> None:
     report["gateway"] = data
     table.add("gateway tools/call vs direct stdio (p50)", data["gateway"]["p50_ms"], data["direct"]["p50_ms"],
               unit=" ms", target="ratio <= 2.5", ok=data["p50_ratio"] <= 2.5)
-    table.add("  the SDK-only proxy (one HTTP hop, no Airlock work)", data["floor"]["p50_ms"],
+    table.add("  SDK-only proxy (one HTTP hop, no Airlock work)", data["floor"]["p50_ms"],
               data["direct"]["p50_ms"], unit=" ms", target="info", ok=None,
               note="a floor for any gateway built on the SDK")
+    table.add("  bare proxy (one HTTP hop, no MCP server code)", data["bare"]["p50_ms"],
+              data["direct"]["p50_ms"], unit=" ms", target="info", ok=None,
+              note="a floor for any Python gateway here")
 
 
 def run_history(args, admin_url, report, table) -> None:
