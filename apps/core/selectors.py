@@ -1,7 +1,13 @@
 from __future__ import annotations
 
+from datetime import timedelta
+
+from django.utils import timezone
+
 from apps.core.errors import NotFound
 from apps.core.models import WorkerCheck, WorkerHeartbeat
+
+WORKER_CHECK_PATIENCE = timedelta(minutes=2)
 
 
 def worker_heartbeats() -> list[WorkerHeartbeat]:
@@ -14,3 +20,10 @@ def get_worker_check(*, org_id, check_id) -> WorkerCheck:
         return WorkerCheck.objects.get(org_id=org_id, id=check_id)
     except WorkerCheck.DoesNotExist:
         raise NotFound("No such worker check.") from None
+
+
+def worker_check_state(check: WorkerCheck) -> str:
+    """"answered", "waiting", or "silent" once no worker has answered for `WORKER_CHECK_PATIENCE`."""
+    if check.answered_at is not None:
+        return "answered"
+    return "silent" if timezone.now() - check.created_at > WORKER_CHECK_PATIENCE else "waiting"

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from datetime import timedelta
 
 import pytest
 import websockets
 from channels.testing.websocket import WebsocketCommunicator
 from django.conf import settings
 from django.test import Client
+from django.utils import timezone
 
 from apps.core.models import WorkerCheck
 from apps.core.services import answer_worker_check, request_worker_check
@@ -148,6 +150,18 @@ def test_a_worker_answer_that_beat_the_waiting_message_is_still_shown(client, ow
 
     client.force_login(owner_of(make_org("Globex")).user)
     assert client.get(url, HTTP_HX_REQUEST="true").status_code == 404
+
+
+def test_a_worker_check_nobody_answers_stops_waiting_and_says_what_to_start(client, owner):
+    check = WorkerCheck.objects.create(org=owner.org)
+    WorkerCheck.objects.filter(id=check.id).update(created_at=timezone.now() - timedelta(minutes=3))
+    client.force_login(owner.user)
+    response = client.get(f"/settings/system/check-worker/{check.id}/", HTTP_HX_REQUEST="true")
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert 'data-state="silent"' in page
+    assert "celery -A config worker" in page
+    assert "hx-get" not in page  # it stops asking
 
 
 def test_the_redis_layer_never_times_out_idle_reads():

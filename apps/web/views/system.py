@@ -34,9 +34,11 @@ def check_worker(request: HttpRequest) -> HttpResponse:
 @member_required()
 def worker_check(request: HttpRequest, check_id) -> HttpResponse:
     """The waiting message asks once on arrival, then every few seconds: the answer when there is one,
-    else 204 (htmx swaps nothing), so an answer pushed before the message existed is not lost."""
+    else 204 (htmx swaps nothing), so an answer pushed before the message existed is not lost; after
+    two minutes without one, a message that stops asking and says what to start."""
     check = selectors.get_worker_check(org_id=request.actor.org_id, check_id=check_id)
-    if check.answered_at is None:
+    state = selectors.worker_check_state(check)
+    if state == "waiting":
         return HttpResponse(status=204)
     return render(request, "web/partials/_worker_check.html",
-                  {"check_id": check.id, "state": "answered", "hostname": check.hostname})
+                  {"check_id": check.id, "state": state, "hostname": check.hostname})
