@@ -140,18 +140,22 @@ def scan_definition(definition: dict[str, Any], *, limit: int = DESCRIPTION_LIMI
 def scan_text(text: str, *, where: str, is_value: bool = False) -> list[Finding]:
     """Findings in one string. `is_value`: an enum/default/example, where any prose is suspect."""
     found: list[Finding] = []
-    # ASCII has no format or private-use characters: the per-character walk is for other text only.
-    hidden = HIDDEN_CHARS.findall(text) or ([] if text.isascii() else
-                                            [c for c in text if unicodedata.category(c) in ("Cf", "Co")])
+    # ASCII (most tool output) has no invisible characters and nothing NFKC changes: the walks over every
+    # character are for other text only. Likewise the comment and URL patterns run only where their marks are.
+    ascii = text.isascii()
+    hidden = [] if ascii else (HIDDEN_CHARS.findall(text) or
+                               [c for c in text if unicodedata.category(c) in ("Cf", "Co")])
     if hidden:
         names = sorted({f"U+{ord(c):04X}" for c in hidden})
         found.append(Finding("hidden_unicode", Severity.HIGH, where,
                              f"Invisible characters ({', '.join(names[:5])}) can hide text from people."))
-    visible = unicodedata.normalize("NFKC", HIDDEN_CHARS.sub("", text))  # full-width letters read as ASCII
+    # full-width letters read as ASCII
+    visible = text if ascii else unicodedata.normalize("NFKC", HIDDEN_CHARS.sub("", text))
     if _search(_INSTRUCTION_RES, visible):
         found.append(Finding("model_instruction", Severity.HIGH, where,
                              "Contains instructions aimed at the model rather than a description of the tool."))
-    if any(COMMENT_IMPERATIVE.search(c) for c in HIDDEN_COMMENT.findall(visible)):
+    if ("<!--" in visible or "[//]" in visible) and any(COMMENT_IMPERATIVE.search(c)
+                                                        for c in HIDDEN_COMMENT.findall(visible)):
         found.append(Finding("hidden_comment", Severity.HIGH, where,
                              "A comment that a person reading the text would not see holds words aimed at the model."))
     if _encoded_instruction(visible):
@@ -183,7 +187,7 @@ def _encoded_instruction(text: str) -> bool:
 
 
 def _url_findings(text: str, where: str) -> list[Finding]:
-    urls = URL_RE.findall(text)
+    urls = URL_RE.findall(text) if "://" in text else []
     if not urls:
         return []
     if SEND_TO_URL.search(text) or any(EXFIL_HINTS.search(u) for u in urls):
