@@ -87,7 +87,7 @@ def _instrument() -> None:
     """Stamps every scripted model call and times every MCP tool call (the engine looks `play_turn` and
     `call_tool` up at call time, as module globals)."""
     from apps.agents import scripted
-    from apps.runs.engine import tools
+    from apps.registry.pool import Pool
 
     if not getattr(scripted.play_turn, "_bench", False):
         original_turn = scripted.play_turn
@@ -98,18 +98,25 @@ def _instrument() -> None:
 
         play_turn._bench = True
         scripted.play_turn = play_turn
-    if not getattr(tools.call_tool, "_bench", False):
-        original_call = tools.call_tool
+    if not getattr(Pool.start_call, "_bench", False):  # every tool call starts here, early reads too
+        original_start = Pool.start_call
 
-        def call_tool(*args, **kwargs):
+        def start_call(self, *args, **kwargs):
             entered = time.perf_counter()
-            try:
-                return original_call(*args, **kwargs)
-            finally:
-                TOOL_CALLS.append((entered, time.perf_counter()))
+            pending = original_start(self, *args, **kwargs)
+            original_result = pending.result
 
-        call_tool._bench = True
-        tools.call_tool = call_tool
+            def result():
+                try:
+                    return original_result()
+                finally:
+                    TOOL_CALLS.append((entered, time.perf_counter()))
+
+            pending.result = result
+            return pending
+
+        start_call._bench = True
+        Pool.start_call = start_call
 
 
 def _tool_ms(calls: list[float], tool_calls: list[tuple[float, float]]) -> list[float]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -88,10 +88,16 @@ def pipeline(using: str = "default", *, commit: bool = False) -> Iterator[None]:
 
 
 @contextmanager
-def end_transaction(using: str = "default") -> Iterator[None]:
+def end_transaction(using: str = "default", *, sent: Callable[[], None] | None = None) -> Iterator[None]:
     """`pipeline(commit=True)`, and when nothing of the transaction has gone out yet, its BEGIN in the batch
     too: the whole transaction in one round trip instead of two (psycopg waits for the answer to a BEGIN
     of its own before it sends the next statement, pipeline or not).
+
+    `sent`: called once the whole batch, COMMIT included, has gone out and before its answers are waited
+    for, so that other work overlaps the round trip; only when the batch does carry the COMMIT (then it
+    is not called otherwise). It must not raise: the server may commit whatever the client
+    does next. The batch may still fail after it (the COMMIT is then not run), which its caller learns
+    as the block raises.
 
     For that, psycopg is put in autocommit mode for the block, and BEGIN and COMMIT are statements of the
     batch; Django still counts itself inside its `atomic` (its on_commit callbacks wait for its exit, whose
@@ -109,7 +115,9 @@ def end_transaction(using: str = "default") -> Iterator[None]:
         with _expected_updates(), connection.wrap_database_errors, raw.pipeline():
             raw.execute("BEGIN", prepare=False)
             yield
-            raw.execute("COMMIT", prepare=False)
+            raw.execute("COMMIT", prepare=False)  # in pipeline mode it returns once the batch is written out
+            if sent is not None:
+                sent()
     finally:
         # Committed: psycopg back as Django's `atomic` left it. Failed: the server's transaction is aborted (or
         # the connection broken) and Django's rollback at the `atomic`'s exit ends it, as for any error.

@@ -17,6 +17,7 @@ import logging
 import tempfile
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
@@ -59,6 +60,20 @@ class ToolCallResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"is_error": self.is_error, "content": self.content, "structured_content": self.structured_content}
+
+
+class PendingCall:
+    """A call on its way (`Pool.start_call`): `result()` waits for its outcome, or raises as `call_tool` does."""
+
+    def __init__(self, future: Future, timeout: float) -> None:
+        self.future, self.timeout = future, timeout
+
+    def result(self) -> Any:
+        try:
+            return self.future.result(self.timeout)
+        except FutureTimeout:
+            self.future.cancel()
+            raise ToolCallTimeout(f"No answer within {self.timeout:g} s.") from None
 
 
 def _enqueue_sync(server_id: str) -> None:
@@ -129,7 +144,7 @@ class Pool:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._start_lock = threading.Lock()
 
-    def _run_coroutine(self, coro: Any, timeout: float) -> Any:
+    def _submit(self, coro: Any) -> Future:
         with self._start_lock:
             if self._loop is None or not self._loop.is_running():
                 self._loop = asyncio.new_event_loop()
@@ -137,15 +152,17 @@ class Pool:
                 self._loop.call_soon(started.set)
                 threading.Thread(target=self._loop.run_forever, name="mcp-pool", daemon=True).start()
                 started.wait(5)
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        try:
-            return future.result(timeout)
-        except FutureTimeout:
-            future.cancel()
-            raise ToolCallTimeout(f"No answer within {timeout:g} s.") from None
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _run_coroutine(self, coro: Any, timeout: float) -> Any:
+        return PendingCall(self._submit(coro), timeout).result()
 
     def call_tool(self, spec: ServerSpec, tool_name: str, arguments: dict[str, Any], timeout: float) -> ToolCallResult:
-        return self._run_coroutine(self._call(spec, tool_name, arguments, timeout), spec.timeout_s + timeout + 15)
+        return self.start_call(spec, tool_name, arguments, timeout).result()
+
+    def start_call(self, spec: ServerSpec, tool_name: str, arguments: dict[str, Any], timeout: float) -> PendingCall:
+        """`call_tool` in two halves: the request leaves now, on the pool's loop, and `result()` waits for it."""
+        return PendingCall(self._submit(self._call(spec, tool_name, arguments, timeout)), spec.timeout_s + timeout + 15)
 
     async def acall_tool(self, spec: ServerSpec, tool_name: str, arguments: dict[str, Any],
                          timeout: float) -> ToolCallResult:
@@ -257,14 +274,21 @@ def call_tool(server_id: UUID | str, tool_name: str, arguments: dict[str, Any] |
     `server`: the server row the caller read just now (the engine reads it with the live tool at
     dispatch), so the call does not read it again.
     """
+    spec = call_spec(server_id, org_id=org_id, server=server)
+    return pool.call_tool(spec, tool_name, arguments or {}, float(timeout or spec.timeout_s))
+
+
+def call_spec(server_id: UUID | str, *, org_id: UUID | str | None = None,
+              server: McpServer | None = None) -> ServerSpec:
+    """What `call_tool` reads before the call leaves (`pool.start_call` takes it from there): the enabled
+    server's spec. Raises NotFound and ToolCallFailed as `call_tool` does."""
     if server is None or str(server.id) != str(server_id) or (org_id is not None and
                                                               str(server.org_id) != str(org_id)):
         server = selectors.server_by_id(server_id) if org_id is None else selectors.get_server(
             org_id=org_id, server_id=server_id)
     if not server.enabled:
         raise ToolCallFailed(f"The server {server.name!r} is disabled.")
-    spec = current_spec(server)
-    return pool.call_tool(spec, tool_name, arguments or {}, float(timeout or spec.timeout_s))
+    return current_spec(server)
 
 
 LIVE_SERVER_FIELDS = ("id", "org_id", "name", "trust_tier", "enabled", "updated_at")

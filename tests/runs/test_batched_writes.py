@@ -1,14 +1,18 @@
 """A step's writes go to Postgres as one batch (apps.core.db.pipeline), and a batch cannot tell a row
 count or raise at its statement. This pins what the batch must still refuse: a step of a worker that
-lost the run commits nothing. (A budget crossed by a batched model call: tests/runs/test_budgets.py.)"""
+lost the run commits nothing, even when a read it sent with the batch already left; and that a write never
+leaves before its `dispatched` is committed. (A budget crossed by a batched model call:
+tests/runs/test_budgets.py.)"""
 
 from __future__ import annotations
 
+import psycopg
 import pytest
+from django.db import connection
 
 from apps.costs.models import UsageRecord
+from apps.registry.pool import PendingCall, Pool
 from apps.runs import services
-from apps.runs.engine import tools
 from apps.runs.models import Run, RunEvent, RunStep, ToolCall
 from tests.runs.conftest import LOOK_UP
 
@@ -24,18 +28,30 @@ def _looker(desk, name: str):
     return desk.sequential(name, [("look", agent, "Look up order {order_id}.", [])])
 
 
+def _taken_over_during_calls(monkeypatch) -> list[str]:
+    """Every tool call's answer arrives after another worker took the run over (the sweeper's takeover: the
+    call made `unknown`). Returns the names of the calls that left, in order."""
+    started, original_start, original_result = [], Pool.start_call, PendingCall.result
+
+    def start_call(self, spec, tool_name, *args, **kwargs):
+        started.append(tool_name)
+        return original_start(self, spec, tool_name, *args, **kwargs)
+
+    def taken_over_meanwhile(self):
+        result = original_result(self)
+        ToolCall.objects.filter(state="dispatched").update(state="unknown")
+        return result
+
+    monkeypatch.setattr(Pool, "start_call", start_call)
+    monkeypatch.setattr(PendingCall, "result", taken_over_meanwhile)
+    return started
+
+
 def test_a_worker_whose_call_was_taken_over_commits_nothing_of_its_next_step(desk, monkeypatch):
     """While the call was out, another worker took the run over and made the call `unknown` (the sweeper's
     takeover). The late worker's completion goes out in its next step's batch: the batch must roll back
     (LeaseLost), not record a result over `unknown` and carry on with the next model call."""
-    original = tools.call_tool
-
-    def taken_over_meanwhile(*args, **kwargs):
-        result = original(*args, **kwargs)
-        ToolCall.objects.filter(state="dispatched").update(state="unknown")
-        return result
-
-    monkeypatch.setattr(tools, "call_tool", taken_over_meanwhile)
+    _taken_over_during_calls(monkeypatch)
     run = services.start_run(actor=desk.actor, crew_id=_looker(desk, "Taken over").id, inputs=A1001, enqueue=False)
     run = services.drive_run(run_id=run.id)
 
@@ -48,3 +64,49 @@ def test_a_worker_whose_call_was_taken_over_commits_nothing_of_its_next_step(des
     assert not RunEvent.objects.filter(run=run, type__in=["tool.completed", "run.finished"]).exists()
     assert Run.objects.get(id=run.id).tokens_in == UsageRecord.objects.get(run_id=run.id).input_tokens
 
+
+
+def test_a_read_sent_with_a_batch_that_fails_leaves_no_trace(desk, monkeypatch):
+    """A read's request leaves with the batch that commits its `dispatched`, before that batch's answer
+    (apps.runs.engine.tools.EarlyRead). When that batch fails (here: it also carries the completion of the
+    call before, which another worker made `unknown` meanwhile), the read may have gone out (unless the
+    failure came back before the batch's last statement was written) but nothing of it may stay: no ledger
+    row, no model call, no result for the model."""
+    started = _taken_over_during_calls(monkeypatch)
+    second = {"tool": "orders.get_order_status", "args": {"order_id": "A-1002"}}
+    agent = desk.agent("Two reads", [{"call": [LOOK_UP]}, {"call": [second]},
+                                     {"say": "Found both.\nSTATUS: done\nREASON: looked"}],
+                       [{"tool": "orders.get_order_status", "policy": "auto"}])
+    crew = desk.sequential("Two reads", [("look", agent, "Look up order {order_id}.", [])])
+    run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False)
+    run = services.drive_run(run_id=run.id)
+
+    assert started in (["get_order_status"], ["get_order_status", "get_order_status"])
+    assert run.status == "running" and not run.error  # the run is the other worker's to finish
+    assert list(ToolCall.objects.filter(run=run).values_list("state", "arguments")) == [
+        ("unknown", {"order_id": "A-1001"})]
+    assert RunStep.objects.filter(run=run, kind="llm").count() == 1
+    assert not RunEvent.objects.filter(run=run, type__in=["tool.completed", "run.finished"]).exists()
+
+
+def test_a_write_leaves_only_once_its_dispatched_is_committed(desk, monkeypatch):
+    """Writes keep the strict order of the ledger (ARCHITECTURE section 4): when the request leaves, another
+    connection already sees the call `dispatched`. (A read's may leave with the commit on its way.)"""
+    seen = []
+    original_start = Pool.start_call
+
+    def start_call(self, spec, tool_name, *args, **kwargs):
+        if tool_name == "refund_order":
+            with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
+                seen.append(other.execute("SELECT state FROM runs_toolcall WHERE qualified_name = %s",
+                                          ["orders.refund_order"]).fetchall())
+        return original_start(self, spec, tool_name, *args, **kwargs)
+
+    monkeypatch.setattr(Pool, "start_call", start_call)
+    run = services.start_run(actor=desk.actor, crew_id=desk.refund_desk(refund_policy="auto").id, inputs=A1001,
+                             enqueue=False)
+    run = services.drive_run(run_id=run.id)
+
+    assert run.status == "succeeded", run.error
+    assert seen == [[("dispatched",)]]
+    assert len(desk.refunds()) == 1

@@ -14,8 +14,8 @@ from django.test.utils import CaptureQueriesContext
 
 from apps.registry import services as registry_services
 from apps.registry.models import Tool
+from apps.registry.pool import PendingCall
 from apps.runs import services
-from apps.runs.engine import tools as engine_tools
 from apps.runs.models import Run, RunStep, ToolCall
 from apps.runs.store.notices import REGISTRY_CHANNEL, ChangeNotices, Changes
 from apps.runs.store.reads import live_tool_read, run_read
@@ -58,17 +58,17 @@ def notify_registry_of(org: str) -> None:
 
 def during_first_tool_call(monkeypatch, change) -> None:
     """Runs `change` in another connection while the run's first tool call is in flight."""
-    real, done = engine_tools.call_tool, []
+    real, done = PendingCall.result, []
 
-    def call_tool(*args, **kwargs):
-        result = real(*args, **kwargs)
+    def result(self):  # where every call's answer is waited for (reads sent early too)
+        answer = real(self)
         if not done:
             done.append(True)
             in_another_connection(change)
             time.sleep(0.2)  # the rest of the call: its notice arrives meanwhile, as a real change's would
-        return result
+        return answer
 
-    monkeypatch.setattr(engine_tools, "call_tool", call_tool)
+    monkeypatch.setattr(PendingCall, "result", result)
 
 
 def test_a_cancel_during_a_tool_call_stops_the_run_before_its_next_model_call(desk, monkeypatch):

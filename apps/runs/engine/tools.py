@@ -10,6 +10,7 @@ is never sent again by itself.
 from __future__ import annotations
 
 import json
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
 from apps.agents.policy import decide
 from apps.agents.prompts import wrap_tool_output
-from apps.registry.pool import ToolCallFailed, ToolCallTimeout, call_tool
+from apps.registry.pool import PendingCall, ToolCallFailed, ToolCallTimeout, call_spec, call_tool, pool
 from apps.registry.scanner import scan_text
 from apps.registry.schemas import arguments_problem, input_validator
 from apps.runs.engine.errors import LeaseLost, StopRun, backoff_delay
@@ -30,6 +31,7 @@ from apps.runs.engine.results import injected_call_findings, result_payload, sca
 from apps.runs.models import ANSWERED, CallState
 
 READ_RETRIES = 2
+logger = logging.getLogger(__name__)
 
 
 def resolve_calls(store: Any, *, turn: Any, agent: dict[str, Any], rows: list[Any]) -> str:
@@ -173,8 +175,9 @@ def dispatch(store: Any, *, agent: dict[str, Any], row: Any, decided: Decided | 
     expect = decided.expect if decided else CallState.APPROVED
     before = {"fields": decided.fields, "event": decided.event, "event_data": decided.event_data} if decided else {}
     if decided is not None and decided.by_policy_now:
-        if store.dispatch_call(row, expect=expect, **before):
-            _dispatched(store, tool=tool, row=row, arguments=row.effective_arguments)
+        early = early_read(store, tool=tool, row=row, arguments=row.effective_arguments)
+        if store.dispatch_call(row, expect=expect, sent=early.start if early else None, **before):
+            _dispatched(store, tool=tool, row=row, arguments=row.effective_arguments, early=early)
         return
     grant = next((g for g in agent.get("grants", []) if g["tool"] == row.qualified_name), None)
     arguments = row.effective_arguments
@@ -198,10 +201,49 @@ def dispatch(store: Any, *, agent: dict[str, Any], row: Any, decided: Decided | 
         _dispatched(store, tool=tool, row=row, arguments=arguments)
 
 
-def _dispatched(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any]) -> None:
-    """The call, once `dispatched` is committed, and its outcome."""
-    store.renew_lease()
-    outcome = _call(store, tool=tool, row=row, arguments=arguments)
+class EarlyRead:
+    """A read whose request leaves as the commit of its `dispatched` goes out, without waiting for that
+    commit's answer: the tool's round trip and the database's overlap (a tool step's two waits become one).
+
+    Only reads. Should that commit fail after the request left (another worker took the run over, the
+    database went away), a read was made that the ledger does not show, which changes nothing: reads have
+    no effects to count, and the engine makes a failed read again by itself (READ_RETRIES). Anything else
+    keeps the order of ARCHITECTURE section 4: its request leaves once `dispatched` is committed."""
+
+    def __init__(self, spec: Any, name: str, arguments: dict[str, Any]) -> None:
+        self.spec, self.name, self.arguments = spec, name, arguments
+        self.pending: PendingCall | None = None
+
+    def start(self) -> None:
+        """Called from inside the batch (apps.core.db.end_transaction): must not raise. A call that could not
+        start is made the usual way once the commit is in."""
+        try:
+            self.pending = pool.start_call(self.spec, self.name, self.arguments, float(self.spec.timeout_s))
+        except Exception:
+            logger.exception("starting %s early failed; it is made after the commit", self.name)
+
+
+def early_read(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any]) -> EarlyRead | None:
+    """An `EarlyRead` for a call of a read tool whose server is known and enabled, else None (the usual call
+    then reports what is wrong). Reads what the call needs now: nothing may be read inside the batch."""
+    if tool is None or tool.get("risk") != "read":
+        return None
+    live = store.live_tool(row.qualified_name)
+    try:
+        spec = call_spec(tool["server_id"], org_id=store.run.org_id, server=live.server if live is not None else None)
+    except Exception:
+        return None
+    store.renew_lease()  # before the batch, not after it as for other calls: the request leaves inside it
+    return EarlyRead(spec, tool["name"], arguments)
+
+
+def _dispatched(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any],
+                early: EarlyRead | None = None) -> None:
+    """The call, once `dispatched` is committed (or, for an early read, as it was), and its outcome."""
+    if early is None or early.pending is None:
+        store.renew_lease()
+    outcome = _call(store, tool=tool, row=row, arguments=arguments,
+                    pending=early.pending if early is not None else None)
     # Each transition below fails only when the row left `dispatched` meanwhile: this worker's lease ran
     # out during the call and another one took the run over (and made the row `unknown`). A deferred
     # completion raises LeaseLost when it is written (RunStore.atomic).
@@ -231,13 +273,17 @@ def _dispatched(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments:
         store.taint(f"{row.qualified_name} returns untrusted content.")
 
 
-def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any]):
-    """(result, "") or (None, error); None when a non-read call timed out (outcome unknown)."""
+def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any],
+          pending: PendingCall | None = None):
+    """(result, "") or (None, error); None when a non-read call timed out (outcome unknown). `pending`: the
+    first attempt, already sent (`EarlyRead`)."""
     if tool is None:
         return None, f"{row.qualified_name} is not a known tool."
     attempts = READ_RETRIES + 1 if tool.get("risk") == "read" else 1
     for attempt in range(1, attempts + 1):
         try:
+            if pending is not None and attempt == 1:
+                return pending.result(), ""
             live = store.live_tool(row.qualified_name)
             return call_tool(tool["server_id"], tool["name"], arguments, org_id=store.run.org_id,
                              server=live.server if live is not None else None), ""

@@ -96,6 +96,7 @@ class RunStore(Ledger):
         self._deferred_reads = False  # one of them returns what must read before COMMIT (a budget check)
         self._appends: dict[str, tuple[RunStep, list[dict[str, Any]] | None]] = {}  # turn -> messages to add
         self._unsaved: set[Any] = set()  # ledger rows whose insert is deferred (record_model_call)
+        self._on_sent: Callable[[], None] | None = None  # for the outermost transaction's COMMIT (dispatch_call)
         self._chars: dict[str, tuple[int, int, Any]] = {}  # turn -> (messages counted, their JSON length, last)
 
     # --- transactions ---------------------------------------------------------------------------
@@ -131,7 +132,7 @@ class RunStore(Ledger):
             except BaseException as error:
                 del self._events[mark:]
                 if outer:
-                    self._totals = Totals()
+                    self._totals, self._on_sent = Totals(), None
                 if isinstance(error, NothingUpdated):  # the deferred completion found its call not `dispatched`
                     raise LeaseLost(self.run_id) from None  # another worker made it `unknown`: the run is theirs
                 raise
@@ -150,7 +151,8 @@ class RunStore(Ledger):
         BEGIN goes with it: a tool step's writes cost one round trip (apps.core.db.end_transaction)."""
         if self._deferred_reads:  # a budget check after a model call reads: the writes go first, on their own
             self._flush_deferred()
-        with end_transaction():
+        sent, self._on_sent = self._on_sent, None
+        with end_transaction(sent=sent):
             deferred, self._deferred = self._deferred, []
             if deferred:  # they come first, as if written at the start: so do their events
                 body, self._events = self._events, []

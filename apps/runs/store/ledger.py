@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -164,10 +165,16 @@ class Ledger:
         return True
 
     def dispatch_call(self, row: ToolCall, *, expect: str, fields: dict[str, Any] | None = None,
-                      event: str | None = None, event_data: dict[str, Any] | None = None) -> bool:
+                      event: str | None = None, event_data: dict[str, Any] | None = None,
+                      sent: Callable[[], None] | None = None) -> bool:
         """`expect -> dispatched`, committed before the request leaves. `fields`/`event`: the decision that
         lets the row out of `proposed` or `held` (the policy's allow, a person's approval), in the same
-        commit: nobody waits on an `approved` row in between. False when the row was not in `expect`."""
+        commit: nobody waits on an `approved` row in between. False when the row was not in `expect`.
+
+        `sent` (reads only, see apps.runs.engine.tools.dispatch): called once the batch with that commit has
+        gone out, before its answer is waited for (apps.core.db.end_transaction), when this is the outermost
+        transaction and its batch carries the COMMIT; not called otherwise."""
+        outermost = self._depth == 0
         changes = {**(fields or {}), "state": CallState.DISPATCHED, "dispatched_at": timezone.now(),
                    "attempts": row.attempts + 1}
         # The usual step: the model call that asked for it is still unwritten, so the row is inserted by the
@@ -184,6 +191,8 @@ class Ledger:
             elif not self._transition(row, expect=expect, event=event, event_data=event_data, **changes):
                 return False
             self.event("tool.dispatched", tool_call_id=str(row.id), tool=row.qualified_name)
+            if sent is not None and outermost:
+                self._on_sent = sent
         return True
 
     def live_tool(self, qualified_name: str) -> Tool | None:
