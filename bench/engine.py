@@ -8,8 +8,9 @@ tool, every step committed to Postgres. Imported by bench/run.py after Django is
 - `steps(...)` runs each crew inline with `services.start_run` + `services.drive_run` (the same engine a
   worker runs, in this process; the MCP session stays open in this process's pool, as in a warm worker)
   and records the time between consecutive model calls, the same interval the LangGraph side records
-  (`step_ms`), the time spent inside the MCP tool call per step (`tool_ms`: `apps.runs.engine.tools.call_tool`,
-  wrapped here like the scripted model; the pool's hop to its loop thread, the stdio round trip, the result)
+  (`step_ms`), the time spent inside the MCP tool call per step (`tool_ms`: from `Pool.start_call` to its
+  `PendingCall.result()` returning, wrapped here like the scripted model: the pool's hop to its loop thread,
+  the stdio round trip, the result; a read leaves with its commit, so that commit's round trip overlaps it)
   and their difference (`net_ms`: the platform's own per-step work, what bench/run.py compares with LangGraph's
   step minus its tool).
 - `stored_bytes(run_id)`: pg_column_size of every row the run left (run, steps, ledger, events, usage,
@@ -84,8 +85,8 @@ def setup(sizes: list[int]) -> Setup:
 
 
 def _instrument() -> None:
-    """Stamps every scripted model call and times every MCP tool call (the engine looks `play_turn` and
-    `call_tool` up at call time, as module globals)."""
+    """Stamps every scripted model call (the engine looks `play_turn` up at call time, as a module global) and
+    times every MCP tool call (every one starts at `Pool.start_call`)."""
     from apps.agents import scripted
     from apps.registry.pool import Pool
 

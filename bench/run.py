@@ -181,7 +181,8 @@ def run_steps(args, python, theirs_db, setup, report, table) -> None:
     an in-process `lookup` tool). Info rows show where the difference comes from, measured in the same
     rounds: LangGraph calling the same stdio MCP server through langchain-mcp-adapters on one session kept
     open (`--tool mcp`, 20 steps); each step minus the time spent inside its tool call (ours: the engine's
-    `call_tool`; theirs: the tool function, or the adapter call), median over all steps; and the tool call
+    pool call, from its start to its answer, which for a read overlaps the commit's round trip; theirs: the
+    tool function, or the adapter call), median over all steps; and the tool call
     alone, MCP on both sides. Their samples: report["steps"]["samples_20"]."""
     from bench import engine
 

@@ -1,4 +1,5 @@
-"""The process's realtime sender: a burst of run nudges reaches a watcher as a few sends ending with the newest."""
+"""The process's realtime sender: a burst of run nudges reaches a watcher as a few sends ending with the newest;
+a run nobody watches costs no sends."""
 
 from __future__ import annotations
 
@@ -52,3 +53,42 @@ def test_a_burst_of_nudges_arrives_as_a_few_sends_ending_with_the_newest():
     # at most one per interval (and the first at once): a worker's step does not pay a send per event
     assert len(nudges) <= elapsed / realtime.NUDGE_INTERVAL_S + 2
     assert [m["event"] for m in messages][-1] == "run.status"
+
+
+def test_nudges_to_a_run_nobody_watches_cost_no_sends_and_a_page_that_joins_still_hears_the_newest(
+        monkeypatch, settings):
+    """On the Redis layer a run's nudges first ask whether anybody is in its group: an empty group gets no
+    sends, and a page that joins while its nudges are held back hears the newest one once the group's
+    time as empty is over (it caught up from the table when it connected)."""
+    layer = get_channel_layer()
+    if not isinstance(layer, realtime.RedisChannelLayer):
+        pytest.skip("the embedded channel layer has no group to ask: every nudge is sent (see the test above)")
+    group = f"run.unwatched-{time.monotonic_ns()}"
+    sends = []
+    original = type(layer).group_send
+
+    async def group_send(self, to, message):
+        if to == group:
+            sends.append(message["data"]["seq"])
+        return await original(self, to, message)
+
+    monkeypatch.setattr(type(layer), "group_send", group_send)
+
+    async def join_after_a_burst() -> list[dict]:
+        await asyncio.to_thread(_nudges, group, range(1, 51))
+        assert sends == []  # nobody in the group: nothing sent
+        channel = await layer.new_channel()
+        await layer.group_add(group, channel)
+        await asyncio.to_thread(_nudges, group, range(51, 53))  # still taken as empty: held back
+        return await _drain(layer, channel)
+
+    received = [m["data"]["seq"] for m in run_async(join_after_a_burst())]
+    assert received[-1] == 52 and received == sends  # the newest reaches the page, once its time as empty is over
+    assert len(received) <= 2
+
+
+def _nudges(group: str, seqs) -> None:
+    for seq in seqs:
+        realtime.publish(group, "run.event", seq=seq)
+        time.sleep(0.0005)
+    assert realtime.flush(5.0)
