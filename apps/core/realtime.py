@@ -17,10 +17,10 @@ watching a run cannot tell 15 ms. Other messages are sent each, in order. A live
 pages re-read on load.
 
 Most runs have nobody watching. On the Redis layer a nudge to an empty group still costs its two commands
-(~0.5 ms of the worker's CPU), so a run's nudges first ask whether the group has a member (one ZCARD);
-an empty group is taken as empty for `UNWATCHED_RECHECK_S`, its nudges held back, and when that time is
-over the newest held one is tried again: a page that joined meanwhile (it catches up from the table on
-connect) hears of anything newer within that time.
+(~0.5 ms of the worker's CPU), so a run's nudges first ask whether the group has a member (one ZCARD, its
+answer kept for `UNWATCHED_RECHECK_S`). An empty group's nudges are held back meanwhile, and when that time
+is over the newest held one is tried again: a page that joined meanwhile (it catches up from the table on
+connect) hears of anything newer within that time. A page that left may get nudges for that long.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ class _Sender:
         self._serial = 0
         self._pid = 0
         self._nudged_at: dict[tuple, float] = {}  # (group, event) -> when its last nudge was sent (loop time)
-        self._unwatched: dict[str, float] = {}  # group -> until when it is taken as empty (loop time)
+        self._asked: dict[str, tuple[bool, float]] = {}  # group -> (had a member, until when that holds)
         self._held: dict[tuple, dict] = {}  # (group, event) -> the newest nudge held back while it was empty
 
     def submit(self, group: str, message: dict) -> None:
@@ -154,18 +154,19 @@ class _Sender:
         if not isinstance(layer, RedisChannelLayer):
             return True
         group, now = key[0], self._loop.time()
-        if self._unwatched.get(group, 0.0) > now:
-            self._held[key] = message
-            return False
+        watched, until = self._asked.get(group, (True, 0.0))
+        if until > now:  # asked less than UNWATCHED_RECHECK_S ago
+            if not watched:
+                self._held[key] = message
+            return watched
         connection = layer.connection(layer.consistent_hash(group))
-        if await connection.zcard(layer._group_key(group)):
-            self._unwatched.pop(group, None)
-            return True
-        if len(self._unwatched) > 1024:  # a long-lived worker sees many runs: forget those past due
-            self._unwatched = {g: until for g, until in self._unwatched.items() if until > now}
-        self._unwatched[group] = now + UNWATCHED_RECHECK_S
-        self._loop.call_later(UNWATCHED_RECHECK_S, self._recheck, key)
-        return False
+        watched = bool(await connection.zcard(layer._group_key(group)))
+        if len(self._asked) > 1024:  # a long-lived worker sees many runs: forget those past due
+            self._asked = {g: asked for g, asked in self._asked.items() if asked[1] > now}
+        self._asked[group] = (watched, now + UNWATCHED_RECHECK_S)
+        if not watched:
+            self._loop.call_later(UNWATCHED_RECHECK_S, self._recheck, key)
+        return watched
 
     def _recheck(self, key: tuple) -> None:
         """The group's time as empty is over: its newest held nudge is tried again (and asks again)."""
