@@ -36,6 +36,8 @@ def _key_decisions() -> dict[str, str]:
 
 
 def sensitive_names() -> frozenset[str]:
+    """Argument names an organisation's deployment adds (setting AIRLOCK_SENSITIVE_ARGUMENTS), matched whole.
+    Read once per key (see `_key_decisions`)."""
     from django.conf import settings
 
     return frozenset(n.strip().lower() for n in getattr(settings, "AIRLOCK_SENSITIVE_ARGUMENTS", ()) if n.strip())

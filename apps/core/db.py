@@ -94,10 +94,10 @@ def end_transaction(using: str = "default", *, sent: Callable[[], None] | None =
     of its own before it sends the next statement, pipeline or not).
 
     `sent`: called once the whole batch, COMMIT included, has gone out and before its answers are waited
-    for, so that other work overlaps the round trip; only when the batch does carry the COMMIT (then it
-    is not called otherwise). It must not raise: the server may commit whatever the client
-    does next. The batch may still fail after it (the COMMIT is then not run), which its caller learns
-    as the block raises.
+    for, so that other work overlaps the round trip. Only where this batch carries BEGIN and COMMIT (the
+    path below); not called at all on the other. It must not raise: the server may commit whatever the
+    client does next. The batch may still fail after it (the COMMIT is then not run), which the caller
+    learns as the block raises.
 
     For that, psycopg is put in autocommit mode for the block, and BEGIN and COMMIT are statements of the
     batch; Django still counts itself inside its `atomic` (its on_commit callbacks wait for its exit, whose
