@@ -6,7 +6,6 @@ tests/runs/test_budgets.py.)"""
 
 from __future__ import annotations
 
-import psycopg
 import pytest
 from django.db import connection
 
@@ -90,16 +89,17 @@ def test_a_read_sent_with_a_batch_that_fails_leaves_no_trace(desk, monkeypatch):
 
 
 def test_a_write_leaves_only_once_its_dispatched_is_committed(desk, monkeypatch):
-    """Writes keep the strict order of the ledger (ARCHITECTURE section 4): when the request leaves, another
-    connection already sees the call `dispatched`. (A read's may leave with the commit on its way.)"""
+    """Writes keep the strict order of the ledger (ARCHITECTURE section 4): when the request leaves, the
+    transaction that made the call `dispatched` is over (committed and answered), and the row says so.
+    A read's request may leave inside it, with the commit on its way."""
     seen = []
     original_start = Pool.start_call
 
     def start_call(self, spec, tool_name, *args, **kwargs):
-        if tool_name == "refund_order":
-            with psycopg.connect(**connection.get_connection_params(), autocommit=True) as other:
-                seen.append(other.execute("SELECT state FROM runs_toolcall WHERE qualified_name = %s",
-                                          ["orders.refund_order"]).fetchall())
+        inside = connection.in_atomic_block
+        state = None if inside else ToolCall.objects.filter(qualified_name=f"orders.{tool_name}").latest(
+            "created_at").state
+        seen.append((tool_name, inside, state))
         return original_start(self, spec, tool_name, *args, **kwargs)
 
     monkeypatch.setattr(Pool, "start_call", start_call)
@@ -108,5 +108,5 @@ def test_a_write_leaves_only_once_its_dispatched_is_committed(desk, monkeypatch)
     run = services.drive_run(run_id=run.id)
 
     assert run.status == "succeeded", run.error
-    assert seen == [[("dispatched",)]]
+    assert [s for s in seen if s[0] == "refund_order"] == [("refund_order", False, "dispatched")]
     assert len(desk.refunds()) == 1
