@@ -105,7 +105,9 @@ class StepKind(models.TextChoices):
 
 
 class RunStep(TenantModel):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps")
+    # db_index=False here, on ToolCall.run and on RunEvent.run: each table's unique key leads with `run`, which
+    # serves every lookup by run; an index on `run` alone would only be written, on the engine's every step.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
     parent = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True, related_name="children")
     position = models.PositiveIntegerField()  # order within the run
     kind = models.CharField(max_length=8, choices=StepKind.choices)
@@ -155,7 +157,7 @@ ANSWERED = frozenset({CallState.DENIED, CallState.REJECTED, CallState.EXPIRED, C
 
 
 class ToolCall(TenantModel):
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="ledger")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="ledger", db_index=False)
     step = models.ForeignKey(RunStep, on_delete=models.CASCADE, related_name="tool_calls")  # the llm step
     call_id = models.CharField(max_length=200)  # the model's tool_call_id
     position = models.PositiveSmallIntegerField(default=0)  # order within the model's response
@@ -201,7 +203,7 @@ class RunEvent(models.Model):
     """Append-only: one row per thing that happened, in order (`seq` per run, from 1)."""
 
     id = models.BigAutoField(primary_key=True)
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events", db_index=False)
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=40)
     data = models.JSONField(default=dict, blank=True)
