@@ -4,8 +4,8 @@ index on `run` alone was only ever written (on every engine step: a step row, a 
 three or four events).
 
 The state change is Django's (`db_index=False`); the database change is a plain DROP INDEX on both backends,
-because Django's own AlterField rebuilds the table on SQLite, which would drop what migrations 0002 and 0003
-made there by SQL (the events' append-only triggers, the partial indexes)."""
+because Django's own AlterField rebuilds the table on SQLite, which would drop what migration 0002 made there
+by SQL (the events' append-only trigger)."""
 
 import django.db.models.deletion
 from django.db import migrations, models
