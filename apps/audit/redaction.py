@@ -2,18 +2,29 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import re
+from collections.abc import Iterable
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 REDACTED = "[redacted]"
 SECRET_KEY_PATTERN = re.compile(
     r"pass(word)?|secret|token|api[_-]?key|authori[sz]ation|cookie|credential|private[_-]?key|^env$|^headers$",
     re.IGNORECASE,
 )
-# Values that look like credentials whatever key they sit under.
+# Values that look like credentials whatever key they sit under: our own API tokens (al_), gateway keys
+# (agw_) and webhook secrets (whsec_), provider keys (OpenAI/Anthropic sk-, Stripe sk_live_, Google AIza,
+# AWS AKIA), GitHub and Slack tokens, JWTs, credentials after an auth scheme, and private-key PEM blocks
+# (to the end of the text when it was cut short).
 SECRET_VALUE_PATTERN = re.compile(
-    r"\b(al_[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{16,}|ghp_[A-Za-z0-9]{20,}|xox[bp]-[A-Za-z0-9-]{10,}|"
-    r"AKIA[0-9A-Z]{16}|Bearer\s+[A-Za-z0-9._~+/=-]{12,})"
+    r"\b(?:(?:al|agw|whsec)_[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{10,}|"
+    r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|"
+    r"AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{30,}|eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]*|"
+    r"Bearer\s+[A-Za-z0-9._~+/=-]{8,}|Basic\s+(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{8,}={0,2})"
+    r"|-----BEGIN[A-Z ]*PRIVATE KEY-----(?:.*?-----END[A-Z ]*PRIVATE KEY-----|.*)",
+    re.DOTALL,
 )
 
 
@@ -78,3 +89,52 @@ def _redact(value: Any, key: str, decisions: dict[str, str]) -> Any:
     if isinstance(value, str):
         return SECRET_VALUE_PATTERN.sub(REDACTED, value)
     return value
+
+
+# --- text that came from outside -------------------------------------------------------------------
+# A provider, an MCP server or a webhook receiver may quote back what it was sent ("Incorrect API key
+# provided: <key>"), so its text is masked by the organisation's own secret values, in every spelling a
+# remote service might use, as well as by shape (`apps.audit.org_secrets` gathers the values).
+
+# "api_key=...", "password: ..." in a URL, a config dump or a JSON error body: the value after the name.
+ASSIGNED_SECRET_PATTERN = re.compile(
+    r"""(?i)\b((?:api[_-]?key|access[_-]?token|auth[_-]?token|client[_-]?secret|secret|password|passwd|token)"""
+    r"""["']?\s*[=:]\s*["']?)(?!\[redacted\])([^\s"'&,;<>]{6,})"""
+)
+MIN_SECRET_CHARS = 6  # shorter values (a flag, a port) would mask ordinary words
+MIN_ENCODED_CHARS = 12  # base64 of a shorter value leaves too few characters that do not depend on its context
+
+
+def value_spellings(value: str) -> set[str]:
+    """How a secret may be written in someone else's text: as it is, URL-encoded, JSON-escaped, in hex, and
+    the part of its base64 (standard and URL-safe) that does not depend on what surrounds it, at each of the
+    three byte alignments it can have inside a longer encoded string ("Basic <user:secret>")."""
+    if len(value) < MIN_SECRET_CHARS:
+        return set()
+    raw = value.encode()
+    found = {value, quote(value, safe=""), quote_plus(value), json.dumps(value)[1:-1], raw.hex()}
+    if len(raw) >= MIN_ENCODED_CHARS:
+        for shift in range(3):
+            start, end = -(-8 * shift // 6), 8 * (shift + len(raw)) // 6
+            for encode in (base64.b64encode, base64.urlsafe_b64encode):
+                found.add(encode(b"\0" * shift + raw).decode()[start:end])
+    return {form for form in found if len(form) >= MIN_SECRET_CHARS}
+
+
+def values_pattern(values: Iterable[str]) -> re.Pattern[str] | None:
+    """One pattern for every spelling of every value, longest first (a value inside another is masked whole)."""
+    forms = {form for value in values if isinstance(value, str) for form in value_spellings(value)}
+    if not forms:
+        return None
+    return re.compile("|".join(re.escape(form) for form in sorted(forms, key=len, reverse=True)))
+
+
+def redact_text(text: str, known: re.Pattern[str] | None = None) -> str:
+    """Outside text with the known secret values (see `values_pattern`) and anything shaped like a
+    credential masked."""
+    if not text:
+        return text
+    if known is not None:
+        text = known.sub(REDACTED, text)
+    text = SECRET_VALUE_PATTERN.sub(REDACTED, text)
+    return ASSIGNED_SECRET_PATTERN.sub(lambda m: m.group(1) + REDACTED, text)
