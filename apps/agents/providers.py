@@ -23,6 +23,7 @@ from pydantic_ai.models import Model
 from pydantic_ai.settings import ModelSettings
 
 from apps.agents.scripted import scripted_model
+from apps.audit.redaction import redact_text, values_pattern
 
 PROVIDERS = ("scripted", "openai", "openai_compatible", "anthropic")
 NEEDS_BASE_URL = {"openai_compatible"}
@@ -176,7 +177,7 @@ def _body_message(exc: ModelHTTPError) -> str:
             return str(error["message"])
         if isinstance(error, str):
             return error
-    return str(body or exc.message or "no details")[:300]
+    return str(body or exc.message or "no details")[:2000]
 
 
 def _root_message(exc: BaseException) -> str:
@@ -189,7 +190,7 @@ def _root_message(exc: BaseException) -> str:
 
 
 def _scrub(message: str, spec: ConnectionSpec) -> str:
-    """Never echo a key back, even when a provider quotes it in an error."""
-    if spec.api_key and len(spec.api_key) >= 4:
-        message = message.replace(spec.api_key, "[redacted]")
-    return message[:500]
+    """Never echo a key back, even when a provider quotes it in an error (in any spelling), nor anything
+    shaped like a credential. The caller that knows the organisation masks its other secrets too
+    (`apps.audit.org_secrets`), and cuts the message short only after that."""
+    return redact_text(message, values_pattern([spec.api_key or ""]))

@@ -4,6 +4,7 @@ and every change of an agent writes a new AgentVersion with what changed."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
@@ -18,6 +19,7 @@ from apps.agents.policy import grant_problem
 from apps.agents.providers import CheckResult, ConnectionSpec, check_connection, clean_base_url
 from apps.agents.scripted import validate_script
 from apps.audit import services as audit
+from apps.audit.org_secrets import redact_outside
 from apps.core.encryption import DecryptionFailed
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 
@@ -142,6 +144,8 @@ def test_connection(*, actor: Actor, connection_id: UUID | str, model: str = "")
             result = CheckResult(False, "Give a model name to test with (or set the connection's default model).")
         else:
             result = check_connection(spec, model_name=model_name)
+    # the provider's words may quote any of the org's secrets, not only this connection's key
+    result = replace(result, message=redact_outside(result.message, org_id=actor.org_id)[:500])
     with transaction.atomic():
         connection.last_checked_at = timezone.now()
         connection.last_check_ok = result.ok

@@ -48,6 +48,7 @@ from mcp.server.subscriptions import (
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from apps.agents.policy import CallFacts, PolicyDecision, decide
+from apps.audit.org_secrets import OrgSecrets, redact_outside
 from apps.gateway import catalog, changes, ledger, ratelimit, selectors
 from apps.gateway.catalog import AgentView, GrantedTool
 from apps.gateway.downstream import LoopPool
@@ -292,7 +293,15 @@ class Gateway:
         return _result(result, payload, findings)
 
     async def _call(self, view: AgentView, tool: GrantedTool, arguments: dict[str, Any]):
-        """(result, payload, findings, error, state, error_class) for one forwarded call."""
+        """(result, payload, findings, error, state, error_class) for one forwarded call. A failure's text and an
+        error result are redacted of the org's secrets (the server may quote them back) before anyone sees them."""
+        result, payload, findings, error, state, error_class = await self._call_server(view, tool, arguments)
+        spec = view.specs.get(tool.server_id)
+        if spec is not None and (error or (result is not None and result.is_error)):
+            result, payload, error = await _db(_redacted_outcome, spec.org_id, result, payload, error)
+        return result, payload, findings, error[:4000], state, error_class
+
+    async def _call_server(self, view: AgentView, tool: GrantedTool, arguments: dict[str, Any]):
         spec = view.specs.get(tool.server_id)
         try:
             if spec is None:
@@ -305,13 +314,13 @@ class Gateway:
             return None, None, [], str(exc), CallState.FAILED, "transient"
         except Exception as exc:  # the pool must never take the endpoint down
             logger.exception("gateway call to %s failed", tool.qualified_name)
-            return None, None, [], f"{type(exc).__name__}: {exc}"[:500], CallState.FAILED, "internal"
+            return None, None, [], f"{type(exc).__name__}: {exc}", CallState.FAILED, "internal"
         payload = result_payload(result)
         scanned = scannable_text(payload)  # the strings inside JSON too, decoded (as in runs)
         findings = [f.as_dict() for f in scan_text(scanned, where=f"result of {tool.qualified_name}")]
         findings += injected_call_findings(scanned, where=f"result of {tool.qualified_name}")
         state = CallState.FAILED if result.is_error else CallState.SUCCEEDED
-        return result, payload, findings, payload["text"][:500] if result.is_error else "", state, \
+        return result, payload, findings, payload["text"] if result.is_error else "", state, \
             "business" if result.is_error else ""
 
     def _taint_reason(self, session: SessionRef, tool: GrantedTool, findings: list[dict]) -> str:
@@ -433,7 +442,7 @@ class Gateway:
         try:
             data = await self.pool.aread_resource(spec, uri, spec.timeout_s)
         except ToolCallFailed as exc:
-            raise MCPError(-32603, str(exc)) from None
+            raise MCPError(-32603, await _db(redact_outside, str(exc), org_id=spec.org_id)) from None
         if spec.trust_tier == "third_party":
             session = await self.session(ctx, identity)
             session.tainted = True
@@ -457,7 +466,7 @@ class Gateway:
         try:
             data = await self.pool.aget_prompt(spec, name, dict(params.arguments or {}), spec.timeout_s)
         except ToolCallFailed as exc:
-            raise MCPError(-32603, str(exc)) from None
+            raise MCPError(-32603, await _db(redact_outside, str(exc), org_id=spec.org_id)) from None
         return types.GetPromptResult.model_validate(data)
 
     def listen_handler(self):
@@ -601,6 +610,15 @@ def _template_servers(view: AgentView):
         prefix = template["uriTemplate"].split("{", 1)[0]
         if prefix:
             yield server_id, prefix
+
+
+def _redacted_outcome(org_id: str, result: ToolCallResult | None, payload: dict[str, Any] | None,
+                      error: str) -> tuple[ToolCallResult | None, dict[str, Any] | None, str]:
+    secrets = OrgSecrets(org_id)
+    if result is not None:
+        result = ToolCallResult(is_error=result.is_error, content=secrets.redact_all(result.content),
+                                structured_content=secrets.redact_all(result.structured_content))
+    return result, secrets.redact_all(payload), secrets.redact(error)
 
 
 def _result(result: ToolCallResult, payload: dict[str, Any], findings: list[dict]) -> dict[str, Any]:

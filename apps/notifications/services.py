@@ -35,6 +35,7 @@ from django.utils import timezone
 
 from apps.accounts.actors import Actor
 from apps.audit import services as audit
+from apps.audit.org_secrets import redact_outside
 from apps.core.errors import NotFound, ValidationFailed
 from apps.notifications.models import (
     EVENTS,
@@ -209,11 +210,13 @@ def deliver(*, delivery_id: UUID | str) -> str:
                "X-Airlock-Signature": sign(delivery.webhook.secret["key"], timestamp, body)}
     status_code, error = None, ""
     try:
-        status_code = _run_async(lambda: _post(delivery.webhook.url, body, headers))
+        status_code, answer = _run_async(lambda: _post(delivery.webhook.url, body, headers))
         if not 200 <= status_code < 300:
-            error = f"The receiver answered HTTP {status_code}."
+            error = f"The receiver answered HTTP {status_code}" + (f": {answer}" if answer else ".")
     except Exception as exc:  # refused by the egress guard, connection errors, timeouts
-        error = f"{type(exc).__name__}: {exc}"[:500]
+        error = f"{type(exc).__name__}: {exc}"
+    # the receiver's words (or an error quoting the request) may hold the signing secret or another of the org's
+    error = redact_outside(error, org_id=delivery.org_id)[:500]
     fields = {"response_status": status_code, "last_error": error, "updated_at": timezone.now()}
     if not error:
         fields.update(status=DeliveryStatus.DELIVERED, delivered_at=timezone.now(), next_attempt_at=None)
@@ -235,7 +238,11 @@ def _run_async(make_coroutine):
         return pool.submit(lambda: asyncio.run(make_coroutine())).result()
 
 
-async def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
+ANSWER_CHARS = 300  # of a receiver's error answer kept in `last_error` (what it says is wrong)
+
+
+async def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
+    """(HTTP status, the start of the answer's text)."""
     import httpx2
 
     from apps.registry.egress import guarded_transport
@@ -243,7 +250,7 @@ async def _post(url: str, body: bytes, headers: dict[str, str]) -> int:
     async with httpx2.AsyncClient(transport=guarded_transport(), timeout=TIMEOUT_S, follow_redirects=False,
                                   trust_env=False) as client:
         response = await client.post(url, content=body, headers=headers)
-        return response.status_code
+        return response.status_code, " ".join(response.text[:ANSWER_CHARS * 4].split())[:ANSWER_CHARS]
 
 
 def retry_due_deliveries() -> int:

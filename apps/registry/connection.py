@@ -27,6 +27,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 
+from apps.audit.redaction import redact_text, values_pattern
 from apps.registry import sandbox
 from apps.registry.egress import EgressRefused, check_url, guarded_transport
 from apps.registry.models import McpServer, Transport, TrustTier
@@ -265,6 +266,6 @@ def describe_error(exc: BaseException, *, spec: ServerSpec, stderr: str = "", ht
         message = _explain(leaf, spec)
     if stderr and spec.transport == Transport.STDIO:
         message += f"\nServer output: {stderr[-600:]}"
-    for secret in spec.secret_values:
-        message = message.replace(secret, "***")
-    return message[:2000]
+    # The server's own secrets, in any spelling, and credential shapes; the caller that knows the organisation
+    # masks its other secrets too (`apps.audit.org_secrets`): this runs on the pool's loop, without a database.
+    return redact_text(message, values_pattern(spec.secret_values))[:2000]

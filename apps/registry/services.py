@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from apps.accounts.actors import Actor
 from apps.audit import services as audit
+from apps.audit.org_secrets import redact_outside
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.realtime import org_group, publish_after_commit
 from apps.registry import selectors
@@ -250,6 +251,8 @@ def sync_server(*, actor: Actor, server_id: UUID | str) -> SyncReport:
 
 
 def _record_failure(*, actor: Actor, server_id: UUID, message: str) -> SyncReport:
+    """`message` is what the server (or its stderr) said: redacted of the org's secrets before it is kept."""
+    message = redact_outside(message, org_id=actor.org_id)
     with transaction.atomic():
         server = McpServer.objects.select_for_update().get(pk=server_id)
         server.status, server.last_error = ServerStatus.ERROR, message

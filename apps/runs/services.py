@@ -488,7 +488,7 @@ def _advance_claimed(store: RunStore, *, enqueue_next: bool) -> str:
     except Exception as exc:
         logger.exception("run %s failed inside the engine", run_id)
         try:
-            store.finish(RunStatus.FAILED, error=f"Internal error: {type(exc).__name__}: {str(exc)[:500]}",
+            store.finish(RunStatus.FAILED, error=f"Internal error: {type(exc).__name__}: {exc}",
                          error_class="internal")
         except LeaseLost:  # another worker has the run now: its outcome is theirs to write
             return "lost"

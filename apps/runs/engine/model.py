@@ -90,15 +90,15 @@ def call_model(store: Any, *, turn: Any, agent: dict[str, Any], messages: list[M
 
     def on_retry(attempt: int, delay: float, exc: BaseException) -> None:
         store.event("retry", what="model", agent=agent["name"], attempt=attempt, delay_s=round(delay, 2),
-                    error=str(exc)[:300])
+                    error=store.redact_outside(str(exc))[:300])
 
     started = time.monotonic()
     try:
         response = with_retries(once, classify=classify_model_error, on_retry=on_retry)
     except Exception as exc:
         kind = classify_model_error(exc)
-        raise StopRun("failed", f"The model call for {agent['name']} failed ({kind}): {str(exc)[:500]}",
-                      kind) from exc
+        # whole: the store redacts it before cutting it short (a cut secret would no longer match)
+        raise StopRun("failed", f"The model call for {agent['name']} failed ({kind}): {exc}", kind) from exc
     latency_ms = int((time.monotonic() - started) * 1000)
     calls = [proposed_call(part, offered=offered, tools=tools)
              for part in response.parts if isinstance(part, ToolCallPart)]

@@ -262,7 +262,7 @@ def _dispatched(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments:
     findings = [f.as_dict() for f in scan_text(scanned, where=f"result of {row.qualified_name}")]
     findings += injected_call_findings(scanned, where=f"result of {row.qualified_name}")
     store.complete_call(row, state=CallState.FAILED if result.is_error else CallState.SUCCEEDED, result=payload,
-                        error=payload["text"][:500] if result.is_error else "",
+                        error=payload["text"] if result.is_error else "",  # redacted, then cut, by the store
                         error_class="business" if result.is_error else "", findings=findings, defer=True)
     if findings:
         store.event("tool.finding", tool_call_id=str(row.id), tool=row.qualified_name,
@@ -294,11 +294,11 @@ def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[
         except ToolCallFailed as exc:
             error = str(exc)
         except Exception as exc:  # NotFound (server deleted) and the like
-            return None, str(exc)[:500]
+            return None, str(exc)
         if attempt < attempts:
             delay = backoff_delay(attempt)
             store.event("retry", what="tool", tool=row.qualified_name, attempt=attempt, delay_s=round(delay, 2),
-                        error=error[:300])
+                        error=store.redact_outside(error)[:300])
             time.sleep(delay)
     return None, error
 

@@ -26,6 +26,7 @@ from apps.agents.models import LlmConnection
 from apps.agents.providers import ConnectionSpec
 from apps.approvals import services as approvals
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
+from apps.audit.org_secrets import redact_outside
 from apps.core.db import NothingUpdated, end_transaction, pipeline
 from apps.core.rows import fetch
 from apps.costs import selectors as costs_selectors
@@ -255,8 +256,16 @@ class RunStore(Ledger):
                 self.save_state(tainted=True)
                 self.event("run.tainted", reason=reason)
 
+    def redact_outside(self, text: str) -> str:
+        """Text from a provider or an MCP server, safe to store: the org's secrets (read now, as they are now)
+        and credential shapes masked. Called only with an error in hand, so a step that went well reads
+        nothing for it."""
+        return redact_outside(text, org_id=self.run.org_id)
+
     def finish(self, status: str, *, output: str = "", error: str = "", error_class: str = "") -> None:
-        """Ends the run; pending approvals of this run expire (nothing will execute them)."""
+        """Ends the run; pending approvals of this run expire (nothing will execute them). `error` may quote
+        a provider or a server: it is redacted before it reaches the row, the event and the notification."""
+        error = self.redact_outside(error)
         with self.atomic():
             pending = lock_pending_requests(self.run_id)  # before the run: the order decide_approval locks in
             run = Run.objects.select_for_update().get(id=self.run_id)

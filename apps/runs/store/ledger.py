@@ -14,6 +14,7 @@ from apps.approvals import services as approvals
 from apps.approvals import standing
 from apps.approvals.models import ApprovalRequest
 from apps.audit import services as audit
+from apps.audit.org_secrets import OrgSecrets
 from apps.core.db import send_expected
 from apps.core.rows import fetch
 from apps.registry.models import Tool
@@ -140,7 +141,11 @@ class Ledger:
                       defer: bool = False) -> bool:
         """`dispatched -> state`. False when the row is no longer `dispatched` (another worker found it in
         flight and made it `unknown`). `defer`: written with the store's next transaction (see `atomic`),
-        which raises LeaseLost in that case; the row in memory changes now."""
+        which raises LeaseLost in that case; the row in memory changes now. An error and an error result
+        came from the server: both are redacted first (`redact_outside`), and only then."""
+        if error or (result and result.get("is_error")):
+            secrets = OrgSecrets(self.run.org_id)
+            error, result = secrets.redact(error), secrets.redact_all(result)
         fields = dict(state=state, result=result, error=error[:4000], error_class=error_class,
                       findings=findings or [], finished_at=timezone.now())
         event_data = {"state": state, "is_error": bool(result and result.get("is_error")), "error": error[:300],
