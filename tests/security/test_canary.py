@@ -1,10 +1,15 @@
-"""The secrets canary: one unique secret set as an LLM connection's API key, as an MCP server's
-environment value and as an HTTP MCP server's header, through the API. A full run on the real
-worker (a held refund approved through the API) uses all three. Afterwards the secret, in any
-spelling (plain, URL-encoded, hex, base64 at every alignment), appears in no API answer, no page,
-no export, no log line of the test, web and worker processes, no row of any table, no Celery task
-message, no channel-layer message and no websocket frame; and it did reach the three places it
-belongs (so the test cannot pass by never using it)."""
+"""The secrets canary: one unique secret set, through the API, in every secret field the product has:
+an LLM connection's API key, MCP servers' environment values, an HTTP server's headers and bearer
+token, a webhook's signing secret; and a gateway key, which Airlock makes. A full run on the real
+worker (a held refund approved through the API) uses them all, and the remote services quote the
+secret back as careless ones do: the provider in a 500 and then in a 401 that fails a second run
+("Incorrect API key provided: <key>"), an MCP server in an error result, a JSON-RPC error and its
+stderr, the webhook receiver in its error answer; a call through the gateway meets the same server.
+Afterwards the secrets, in any spelling (plain, URL-encoded, hex, base64 at every alignment), appear
+in no API answer (but the one that creates each), no page, no export, no webhook body, no log line of
+the test, web, worker and gateway processes, no row of any table, no Celery task message, no
+channel-layer message and no websocket frame; and they did reach the places they belong (so the test
+cannot pass by never using them)."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import quote, quote_plus
 
@@ -35,11 +41,14 @@ from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
 from apps.agents.models import LlmConnection
 from apps.crews import services as crew_services
+from apps.notifications.models import WebhookDelivery
+from apps.notifications.services import verify
 from apps.registry.models import McpServer
 from apps.registry.pool import pool
 from apps.runs.models import Run, ToolCall
 from tests.agents.fake_llm import FakeLLM
 from tests.factories import token_for
+from tests.gateway.conftest import mcp_client, wait_for_ledgers
 from tests.processes import free_port, run_async, wait_for_port
 from tests.registry.conftest import SERVERS as REGISTRY_SERVERS
 from tests.security.routes import operations, pages
@@ -48,6 +57,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.stack]  # Red
 
 ROOT = Path(__file__).resolve().parents[2]
 WITNESS = Path(__file__).resolve().parent / "servers" / "witness.py"
+ECHO = Path(__file__).resolve().parent / "servers" / "echo_secrets.py"
 TERMINAL = {"succeeded", "failed", "cancelled", "timed_out", "limit_exceeded"}
 
 
@@ -144,6 +154,40 @@ def guarded_http(tmp_path, canary):
         proc.wait()
 
 
+class EchoingReceiver:
+    """A webhook receiver that refuses every delivery and, in its error answer, quotes the signing secret
+    it was configured with (as a receiver whose signature check failed may), recording what it got."""
+
+    def __init__(self, secret: str) -> None:
+        self.received: list[dict] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.received.append({"headers": dict(self.headers), "body": body})
+                answer = json.dumps({"error": f"signature mismatch: expected a v1 HMAC made with {secret}"}).encode()
+                self.send_response(401)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def receiver(canary):
+    r = EchoingReceiver(canary)
+    yield r
+    r.server.shutdown()
+
+
 @pytest.fixture
 def published():
     """Task messages published by this test process (before_task_publish)."""
@@ -204,8 +248,8 @@ def _scan_tables(forms: dict[str, str]) -> dict[str, list[str]]:
     return hits
 
 
-def test_the_canary_reaches_only_where_it_belongs(canary, guarded_http, live_url, worker, org, owner, process_logs,
-                                                  tmp_path, caplog, published):
+def test_the_canary_reaches_only_where_it_belongs(canary, guarded_http, live_url, worker, gateway_url, org, owner,
+                                                  process_logs, tmp_path, caplog, published, receiver):
     caplog.set_level(logging.DEBUG)
     forms = spellings(canary)
     for prefix in (b"", b"Bearer ", b"Bearer  ", b"x"):  # the spellings find it inside longer encodings
@@ -235,6 +279,13 @@ def test_the_canary_reaches_only_where_it_belongs(canary, guarded_http, live_url
         connection_id = made.json()["id"]
         tested = call("POST", f"/api/v1/llm-connections/{connection_id}/test", json={"model": "gpt-4o-mini"})
         assert tested.status_code == 200 and tested.json()["ok"], tested.text
+        fake.replies = [(401, {"error": {"message": f"Incorrect API key provided: {canary}."}})]
+        tested = call("POST", f"/api/v1/llm-connections/{connection_id}/test", json={"model": "gpt-4o-mini"})
+        assert tested.status_code == 200 and not tested.json()["ok"], tested.text
+        assert "Incorrect API key provided: [redacted]" in tested.json()["message"]
+        hook = http.post(live_url + "/api/v1/webhooks", headers=admin, timeout=60, json={
+            "name": "Canary hook", "url": receiver.url, "events": ["*"], "secret": canary})
+        assert hook.status_code == 201 and hook.json()["secret"] == canary, hook.text  # shown once, where it belongs
         servers = {}
         for body in (
             {"name": "orders", "transport": "stdio", "trust_tier": "internal", "command": sys.executable,
@@ -244,7 +295,9 @@ def test_the_canary_reaches_only_where_it_belongs(canary, guarded_http, live_url
              "args": [str(WITNESS)], "cwd": str(ROOT),
              "env": {"WITNESS_SECRET": canary, "WITNESS_SHA256": hashlib.sha256(canary.encode()).hexdigest()}},
             {"name": "guarded", "transport": "http", "trust_tier": "internal", "url": guarded_http,
-             "headers": {"Authorization": f"Bearer {canary}"}},
+             "bearer_token": canary, "headers": {"X-Api-Key": canary}},
+            {"name": "echo", "transport": "stdio", "trust_tier": "internal", "command": sys.executable,
+             "args": [str(ECHO)], "cwd": str(ROOT), "env": {"ECHO_SECRET": canary}},
         ):
             made = call("POST", "/api/v1/servers", json=body)
             assert made.status_code == 201, made.text
@@ -258,15 +311,24 @@ def test_the_canary_reaches_only_where_it_belongs(canary, guarded_http, live_url
             actor=actor, name="Canary clerk", connection_id=connection_id, model="gpt-4o-mini",
             grants=[{"tool": "orders.get_order_status", "policy": "auto"},
                     {"tool": "witness.check_env", "policy": "auto"}, {"tool": "guarded.ping", "policy": "auto"},
+                    {"tool": "echo.report", "policy": "auto"}, {"tool": "echo.sync", "policy": "auto"},
                     {"tool": "orders.refund_order", "policy": "approve"}])
+        made = http.post(live_url + "/api/v1/gateway-keys", headers=admin, timeout=60,
+                         json={"name": "Canary host", "agent_id": str(agent.id)})
+        assert made.status_code == 201, made.text
+        gateway_key = made.json()["value"]  # shown once, where it belongs
+        forms |= {f"gateway key {name}": form for name, form in spellings(gateway_key).items()}
         crew = crew_services.create_crew(
             actor=actor, name="Canary crew", process="sequential",
             inputs=[{"name": "order_id", "type": "string", "required": True}],
             tasks=[{"name": "refund", "agent_id": agent.id, "description": "Refund order {order_id}.", "context": []}])
         fake.replies = [
             (200, {"tool_call": ("orders__get_order_status", {"order_id": "A-1001"})}),
+            (500, {"error": {"message": f"Upstream overloaded while checking key {canary}"}}),  # retried
             (200, {"tool_call": ("witness__check_env", {})}),
             (200, {"tool_call": ("guarded__ping", {})}),
+            (200, {"tool_call": ("echo__report", {})}),
+            (200, {"tool_call": ("echo__sync", {})}),
             (200, {"tool_call": ("orders__refund_order", {"order_id": "A-1001", "amount_cents": 500,
                                                           "request_id": "canary-refund"})}),
             (200, {"text": "Refunded.\nSTATUS: done\nREASON: refunded after approval"}),
@@ -299,9 +361,46 @@ def test_the_canary_reaches_only_where_it_belongs(canary, guarded_http, live_url
         assert decided.status_code == 200, decided.text
         run = _wait_for(run_id, TERMINAL)
         assert run.status == "succeeded", run.error
+
+        # 4. A second run meets the provider's 401, which quotes the key; the run fails and says why.
+        fake.replies = [(401, {"error": {"message": f"Incorrect API key provided: {canary}. You can find your "
+                                                    "API key at https://platform.example/account/api-keys."}})]
+        started = in_process_api.post(f"/api/v1/crews/{crew.id}/runs", {"inputs": {"order_id": "A-1002"}},
+                                      content_type="application/json")
+        answers.append(("POST start run 2", started.content.decode()))
+        assert started.status_code == 201, started.content
+        failed_id = started.json()["id"]
+        failed = _wait_for(failed_id, TERMINAL)
+        assert failed.status == "failed" and "Incorrect API key provided: [redacted]" in failed.error, failed.error
+
+        # 5. An outside MCP host calls the same server through the gateway with the gateway key.
+        async def through_gateway():
+            async with mcp_client(gateway_url, gateway_key) as client:
+                return await client.call_tool("echo.report", {})
+
+        through = run_async(through_gateway())
+        assert through.is_error and "[redacted]" in json.dumps(through.model_dump(mode="json"))
+        answers.append(("gateway echo.report", json.dumps(through.model_dump(mode="json"))))
+        wait_for_ledgers(gateway_url)
+
+        deadline = time.monotonic() + 60  # the receiver refused run 2's run.finished, quoting the secret
+        while time.monotonic() < deadline and not WebhookDelivery.objects.filter(
+                notification__payload__run_id=failed_id, attempts__gte=1).exclude(last_error="").exists():
+            time.sleep(0.2)
         time.sleep(1.5)  # the last live frames
         stop.set()
         listener.join(10)
+        # the failed run's page socket replays its events from the start
+        replay = {f"/ws/run/{failed_id}/?last_seq=0": []}
+        stop, opened = threading.Event(), threading.Event()
+        listener = threading.Thread(target=run_async, daemon=True,
+                                    args=(_collect_frames(live_url, cookie, list(replay), replay, stop, opened),))
+        listener.start()
+        assert opened.wait(20)
+        time.sleep(2)
+        stop.set()
+        listener.join(10)
+        frames.update(replay)
 
     # --- It reached where it belongs (otherwise nothing below would mean anything) ---------------
     assert fake.requests and all(r["headers"]["authorization"] == f"Bearer {canary}" for r in fake.requests)
@@ -314,12 +413,26 @@ def test_the_canary_reaches_only_where_it_belongs(canary, guarded_http, live_url
     assert "canary-refund" in json.loads(data.read_text())["refunds"]
     assert LlmConnection.objects.get(id=connection_id).api_key == canary  # stored, encrypted (scan below)
     assert McpServer.objects.get(id=servers["witness"]).env["WITNESS_SECRET"] == canary
-    assert McpServer.objects.get(id=servers["guarded"]).headers["Authorization"] == f"Bearer {canary}"
+    assert McpServer.objects.get(id=servers["guarded"]).headers == {"Authorization": f"Bearer {canary}",
+                                                                     "X-Api-Key": canary}
+    # the remote services quoted it back, and what was stored says so without it
+    assert calls["echo.report"].state == "failed" and "refused key [redacted]" in calls["echo.report"].error
+    assert calls["echo.sync"].state == "failed" and "sync failed" in calls["echo.sync"].error
+    bodies = [hit for hit in receiver.received if failed_id in hit["body"].decode()]
+    assert bodies and all(verify(canary, h["headers"]["X-Airlock-Timestamp"], h["body"],
+                                 h["headers"]["X-Airlock-Signature"]) for h in receiver.received)
+    assert any('"run.finished"' in h["body"].decode() for h in bodies)
+    refused = WebhookDelivery.objects.filter(notification__payload__run_id=failed_id).exclude(last_error="").first()
+    assert refused is not None and "HTTP 401" in refused.last_error and "[redacted]" in refused.last_error, refused
+    answers += [(f"webhook body {h['headers']['X-Airlock-Event']}", h["body"].decode()) for h in receiver.received]
 
     # --- Every GET API route for these objects (the real web process) ---------------------------
     tools = {t["qualified_name"]: t["id"] for t in call("GET", "/api/v1/tools?limit=100").json()["items"]}
+    runs = [str(r) for r in Run.objects.filter(org=org).values_list("id", flat=True)]  # + the gateway's session
+    assert {run_id, failed_id} < set(runs)
     choices = {"server_id": list(servers.values()), "tool_id": list(tools.values()), "connection_id": [connection_id],
-               "agent_id": [str(agent.id)], "crew_id": [str(crew.id)], "run_id": [run_id], "approval_id": [approval_id]}
+               "agent_id": [str(agent.id)], "crew_id": [str(crew.id)], "run_id": runs, "approval_id": [approval_id],
+               "tool_call_id": [str(c) for c in ToolCall.objects.filter(run__org=org).values_list("id", flat=True)]}
     reached = 0
     for op in operations():
         if op.method != "get" or any(p not in choices for p in op.params):
@@ -346,7 +459,8 @@ def test_the_canary_reaches_only_where_it_belongs(canary, guarded_http, live_url
                 body = raw.decode("utf-8", "replace")
                 answers.append((f"page {url} htmx={htmx}", body))
                 seen_pages[url] = response.status_code
-    for must in (f"/servers/{servers['witness']}/", f"/agents/{agent.id}/", f"/runs/{run_id}/", "/audit/", "/inbox/",
+    for must in (f"/servers/{servers['echo']}/", f"/agents/{agent.id}/", f"/runs/{run_id}/", f"/runs/{failed_id}/",
+                 f"/runs/{failed_id}/trace.json", "/settings/notifications/", "/audit/", "/inbox/",
                  f"/runs/{run_id}/trace.json", "/audit/export.csv", "/costs/export.csv", "/runs/export.csv",
                  f"/agents/connections/{connection_id}/"):
         assert seen_pages.get(must) == 200, (must, seen_pages.get(must))
