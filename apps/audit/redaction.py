@@ -17,13 +17,16 @@ SECRET_KEY_PATTERN = re.compile(
 # Values that look like credentials whatever key they sit under: our own API tokens (al_), gateway keys
 # (agw_) and webhook secrets (whsec_), provider keys (OpenAI/Anthropic sk-, Stripe sk_live_, Google AIza,
 # AWS AKIA), GitHub and Slack tokens, JWTs, credentials after an auth scheme, and private-key PEM blocks
-# (to the end of the text when it was cut short).
+# (to the end of the text when it was cut short). The lookaheads name every first character and prefix:
+# every string of every event is searched, and they let most positions fail at once instead of trying
+# every branch.
 SECRET_VALUE_PATTERN = re.compile(
-    r"\b(?:(?:al|agw|whsec)_[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{10,}|"
+    r"(?=[aAwsrgxeB-])(?=al_|agw_|whsec_|sk[-_]|rk_|gh|github_|xox|AKIA|AIza|eyJ|Bearer|Basic|-----)"
+    r"(?:\b(?:(?:al|agw|whsec)_[A-Za-z0-9_-]{16,}|sk-[A-Za-z0-9_-]{16,}|[sr]k_(?:live|test)_[A-Za-z0-9]{10,}|"
     r"gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|xox[abprs]-[A-Za-z0-9-]{10,}|"
     r"AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{30,}|eyJ[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]{6,}\.[A-Za-z0-9_-]*|"
     r"Bearer\s+[A-Za-z0-9._~+/=-]{8,}|Basic\s+(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{8,}={0,2})"
-    r"|-----BEGIN[A-Z ]*PRIVATE KEY-----(?:.*?-----END[A-Z ]*PRIVATE KEY-----|.*)",
+    r"|-----BEGIN[A-Z ]*PRIVATE KEY-----(?:.*?-----END[A-Z ]*PRIVATE KEY-----|.*))",
     re.DOTALL,
 )
 

@@ -298,7 +298,8 @@ class Gateway:
         result, payload, findings, error, state, error_class = await self._call_server(view, tool, arguments)
         spec = view.specs.get(tool.server_id)
         if spec is not None and (error or (result is not None and result.is_error)):
-            result, payload, error = await _db(_redacted_outcome, spec.org_id, result, payload, error)
+            result, payload, findings, error = await _db(_redacted_outcome, spec.org_id, result, payload, findings,
+                                                         error)
         return result, payload, findings, error[:4000], state, error_class
 
     async def _call_server(self, view: AgentView, tool: GrantedTool, arguments: dict[str, Any]):
@@ -613,12 +614,14 @@ def _template_servers(view: AgentView):
 
 
 def _redacted_outcome(org_id: str, result: ToolCallResult | None, payload: dict[str, Any] | None,
-                      error: str) -> tuple[ToolCallResult | None, dict[str, Any] | None, str]:
+                      findings: list[dict], error: str) -> tuple[ToolCallResult | None, dict[str, Any] | None,
+                                                                 list[dict], str]:
+    """A failed call's outcome without the org's secrets: what the server said, and the findings quoting it."""
     secrets = OrgSecrets(org_id)
     if result is not None:
         result = ToolCallResult(is_error=result.is_error, content=secrets.redact_all(result.content),
                                 structured_content=secrets.redact_all(result.structured_content))
-    return result, secrets.redact_all(payload), secrets.redact(error)
+    return result, secrets.redact_all(payload), secrets.redact_all(findings), secrets.redact(error)
 
 
 def _result(result: ToolCallResult, payload: dict[str, Any], findings: list[dict]) -> dict[str, Any]:

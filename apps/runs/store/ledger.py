@@ -142,10 +142,10 @@ class Ledger:
         """`dispatched -> state`. False when the row is no longer `dispatched` (another worker found it in
         flight and made it `unknown`). `defer`: written with the store's next transaction (see `atomic`),
         which raises LeaseLost in that case; the row in memory changes now. An error and an error result
-        came from the server: both are redacted first (`redact_outside`), and only then."""
+        came from the server: they (and the findings quoting them) are redacted first (`OrgSecrets`)."""
         if error or (result and result.get("is_error")):
-            secrets = OrgSecrets(self.run.org_id)
-            error, result = secrets.redact(error), secrets.redact_all(result)
+            secrets = OrgSecrets(self.run.org_id)  # findings quote the result (a URL it mentions)
+            error, result, findings = secrets.redact(error), secrets.redact_all(result), secrets.redact_all(findings)
         fields = dict(state=state, result=result, error=error[:4000], error_class=error_class,
                       findings=findings or [], finished_at=timezone.now())
         event_data = {"state": state, "is_error": bool(result and result.get("is_error")), "error": error[:300],
