@@ -10,6 +10,8 @@ from typing import TypeVar
 
 from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, UnexpectedModelBehavior, UserError
 
+from apps.registry.egress import EgressRefused
+
 T = TypeVar("T")
 RETRY_ATTEMPTS = 3
 BACKOFF_BASE_S = 0.5
@@ -29,6 +31,8 @@ class LeaseLost(Exception):
 
 
 def classify_model_error(exc: BaseException) -> str:
+    if _refused_by_egress_guard(exc):  # the SDK wraps it as a connection error; asking again cannot help
+        return "permission"
     if isinstance(exc, ModelHTTPError):
         if exc.status_code in (408, 409, 425, 429) or exc.status_code >= 500:
             return "transient"
@@ -40,6 +44,15 @@ def classify_model_error(exc: BaseException) -> str:
     if isinstance(exc, UnexpectedModelBehavior | UserError | ValueError):
         return "validation"
     return "internal"
+
+
+def _refused_by_egress_guard(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, EgressRefused):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def backoff_delay(attempt: int) -> float:
