@@ -31,7 +31,7 @@ class LeaseLost(Exception):
 
 
 def classify_model_error(exc: BaseException) -> str:
-    if _refused_by_egress_guard(exc):  # the SDK wraps it as a connection error; asking again cannot help
+    if egress_refusal(exc) is not None:  # an SDK may wrap it as a connection error; asking again cannot help
         return "permission"
     if isinstance(exc, ModelHTTPError):
         if exc.status_code in (408, 409, 425, 429) or exc.status_code >= 500:
@@ -46,13 +46,14 @@ def classify_model_error(exc: BaseException) -> str:
     return "internal"
 
 
-def _refused_by_egress_guard(exc: BaseException) -> bool:
+def egress_refusal(exc: BaseException) -> EgressRefused | None:
+    """The egress guard's refusal behind `exc` (an SDK's "Connection error." hides it), if any."""
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, EgressRefused):
-            return True
+            return seen
         seen = seen.__cause__ or seen.__context__
-    return False
+    return None
 
 
 def backoff_delay(attempt: int) -> float:
