@@ -290,3 +290,21 @@ def test_a_bad_allow_list_entry_is_named(no_private):
     with override_settings(AIRLOCK_EGRESS_ALLOW=["10.0.5.0/33"]), pytest.raises(ImproperlyConfigured) as caught:
         check_url("http://example.com/")
     assert "'10.0.5.0/33'" in str(caught.value)
+
+
+def test_manage_check_refuses_a_bad_allow_list_entry():
+    """An operator's typo stops the processes at start (manage.py check), naming the entry."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "AIRLOCK_EGRESS_ALLOW": "ollama.internal,10.0.5.0/33"}
+    bad = subprocess.run([sys.executable, "manage.py", "check"], env=env, capture_output=True, text=True,
+                         timeout=120, cwd=root)
+    assert bad.returncode != 0 and "airlock.E010" in bad.stderr and "'10.0.5.0/33'" in bad.stderr, bad.stderr
+    env["AIRLOCK_EGRESS_ALLOW"] = "ollama.internal,10.0.5.0/24,[fd00::/8]"
+    good = subprocess.run([sys.executable, "manage.py", "check"], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=root)
+    assert good.returncode == 0, good.stderr
