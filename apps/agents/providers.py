@@ -2,7 +2,10 @@
 
 Plain values in, a `pydantic_ai.models.Model` out; the engine builds models per process from
 its run snapshot with `build_model`, the connection page's "test connection" button uses
-`check_connection`. Provider HTTP is pydantic-ai's (OpenAI and Anthropic SDKs), never ours.
+`check_connection`. Provider HTTP is pydantic-ai's (OpenAI and Anthropic SDKs), never ours, but
+their HTTP client is: it connects through the egress guard (`apps.registry.egress`), which checks
+every connect, redirects included, so a base URL can never reach a loopback, private or metadata
+address the operator did not allow.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+import httpx2
 from pydantic_ai import direct
 from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, UserError
 from pydantic_ai.messages import ModelRequest, TextPart
@@ -24,6 +28,7 @@ from pydantic_ai.settings import ModelSettings
 
 from apps.agents.scripted import scripted_model
 from apps.audit.redaction import redact_text, values_pattern
+from apps.registry.egress import EgressRefused, guarded_transport, save_time_error
 
 PROVIDERS = ("scripted", "openai", "openai_compatible", "anthropic")
 NEEDS_BASE_URL = {"openai_compatible"}
@@ -74,7 +79,8 @@ class ConnectionSpec:
 
 
 def clean_base_url(value: str) -> str:
-    """Checks a base URL's shape (http/https, a host). Raises ValueError with a message for the form."""
+    """Checks a base URL's shape (http/https, a host) and that the egress guard lets it through (a name
+    that does not resolve yet passes: every connect is checked). Raises ValueError with a message for the form."""
     value = (value or "").strip()
     if not value:
         return ""
@@ -83,7 +89,16 @@ def clean_base_url(value: str) -> str:
         raise ValueError("Use an http:// or https:// URL, e.g. http://localhost:11434/v1.")
     if parts.username or parts.password:
         raise ValueError("Put credentials in the API key, not in the URL.")
+    if message := save_time_error(value):
+        raise ValueError(message)
     return value.rstrip("/")
+
+
+def guarded_http_client(timeout_s: float) -> httpx2.AsyncClient:
+    """The SDKs' HTTP client: every connect (redirect hops too) goes through the egress guard;
+    proxy variables are ignored, or the proxy, not the provider, would be the checked address."""
+    return httpx2.AsyncClient(transport=guarded_transport(), trust_env=False,
+                              timeout=httpx2.Timeout(timeout_s, connect=min(timeout_s, 5.0)))
 
 
 def build_model(spec: ConnectionSpec, *, model_name: str, script: list[dict[str, Any]] | None = None,
@@ -119,13 +134,15 @@ def _provider_model(spec: ConnectionSpec, *, model_name: str, timeout_s: float) 
         if spec.provider == "openai_compatible" and not spec.base_url:
             raise ValueError("An OpenAI-compatible connection needs a base URL.")
         # Local servers (Ollama, vLLM) often take no key, but the SDK insists on one.
-        provider = OpenAIProvider(base_url=spec.base_url or None, api_key=spec.api_key or "not-needed")
+        provider = OpenAIProvider(base_url=spec.base_url or None, api_key=spec.api_key or "not-needed",
+                                  http_client=guarded_http_client(timeout_s))
         return OpenAIChatModel(model_name, provider=provider, settings=settings)
     if spec.provider == "anthropic":
         from pydantic_ai.models.anthropic import AnthropicModel
         from pydantic_ai.providers.anthropic import AnthropicProvider
 
-        provider = AnthropicProvider(api_key=spec.api_key or "missing-key", base_url=spec.base_url or None)
+        provider = AnthropicProvider(api_key=spec.api_key or "missing-key", base_url=spec.base_url or None,
+                                     http_client=guarded_http_client(timeout_s))
         return AnthropicModel(model_name, provider=provider, settings=settings)
     raise ValueError(f"Unknown provider {spec.provider!r}.")
 
@@ -150,6 +167,10 @@ def check_connection(spec: ConnectionSpec, *, model_name: str, timeout_s: float 
         ), timeout=timeout_s + 2))
     except (ValueError, UserError) as exc:
         return CheckResult(False, _scrub(str(exc), spec))
+    except EgressRefused as exc:  # at connect time: the URL was saved while allowed, or its DNS changed since
+        return CheckResult(False, f"Airlock refused to connect: {exc}")
+    except httpx2.InvalidURL as exc:
+        return CheckResult(False, f"The base URL is not a URL the HTTP client can use: {exc}")
     except TimeoutError:
         return CheckResult(False, f"No answer from {_where(spec)} within {timeout_s:.0f} seconds.")
     except ModelHTTPError as exc:

@@ -39,15 +39,15 @@ def _clean_connection(values: dict[str, Any]) -> dict[str, Any]:
     provider = values.get("provider") or ""
     if provider not in Provider.values:
         errors["provider"] = f"Provider must be one of: {', '.join(Provider.values)}."
-    try:
-        base_url = clean_base_url(values.get("base_url") or "")
+    try:  # the scripted provider reaches no network: a base URL it was given is dropped, not checked
+        base_url = clean_base_url(values.get("base_url") or "") if provider != Provider.SCRIPTED else ""
     except ValueError as exc:
         errors["base_url"], base_url = str(exc), ""
     if provider == Provider.OPENAI_COMPATIBLE and not base_url and "base_url" not in errors:
         errors["base_url"] = "An OpenAI-compatible server needs its base URL, e.g. http://localhost:11434/v1."
     if errors:
         raise ValidationFailed(next(iter(errors.values())), errors)
-    return {"name": name[:100], "provider": provider, "base_url": base_url if provider != Provider.SCRIPTED else "",
+    return {"name": name[:100], "provider": provider, "base_url": base_url,
             "default_model": (values.get("default_model") or "").strip()[:200]}
 
 

@@ -102,7 +102,7 @@ def _email_recipients(org_id: UUID | str, event: str) -> list[str]:
 # --- webhooks -------------------------------------------------------------------------------------
 
 def _clean(name: str, url: str, events: list[str]) -> dict[str, Any]:
-    from apps.registry.egress import EgressRefused, Unresolvable, check_url
+    from apps.registry.egress import save_time_error
 
     errors = {}
     name, url = (name or "").strip(), (url or "").strip()
@@ -110,13 +110,8 @@ def _clean(name: str, url: str, events: list[str]) -> dict[str, Any]:
         errors["name"] = "Give the webhook a name."
     if not url:
         errors["url"] = "Enter the URL to POST to."
-    else:
-        try:
-            check_url(url)
-        except Unresolvable:
-            pass  # may resolve later; every connect is checked again
-        except EgressRefused as exc:
-            errors["url"] = str(exc)
+    elif message := save_time_error(url):  # a name that does not resolve yet passes; every connect is checked
+        errors["url"] = message
     events = sorted(set(events or []))
     unknown = [e for e in events if e != "*" and e not in EVENTS]
     if not events:

@@ -29,7 +29,7 @@ from apps.registry.definitions import (
     server_name_error,
     tool_name_error,
 )
-from apps.registry.egress import EgressRefused, Unresolvable, check_url
+from apps.registry.egress import save_time_error
 from apps.registry.models import (
     McpServer,
     Risk,
@@ -66,18 +66,6 @@ def _string_map(value: Any, field_name: str, key_re: re.Pattern[str], errors: di
     return {str(k): v for k, v in value.items()}
 
 
-def _egress_error(url: str) -> str:
-    """Why Airlock may never connect to `url` (an internal address, a bad port), or ''. A name that
-    does not resolve right now is not refused here: the sync will say so."""
-    try:
-        check_url(url)
-    except Unresolvable:
-        return ""
-    except EgressRefused as exc:
-        return str(exc)
-    return ""
-
-
 def _clean(data: dict[str, Any]) -> dict[str, Any]:
     """Checks a full set of server fields. Raises ValidationFailed with field names."""
     errors: dict[str, str] = {}
@@ -108,7 +96,7 @@ def _clean(data: dict[str, Any]) -> dict[str, Any]:
         url = (data.get("url") or "").strip()
         if not re.match(r"^https?://[^/\s]+", url):
             errors["url"] = "Give an http:// or https:// URL of the server's MCP endpoint."
-        elif message := _egress_error(url):
+        elif message := save_time_error(url):
             errors["url"] = message
         data["url"], data["command"], data["args"], data["cwd"], data["env"] = url, "", [], "", {}
     if errors:

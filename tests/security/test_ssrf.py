@@ -50,6 +50,17 @@ TRICKY = [
     "http://169.254.169.254/latest/meta-data/",  # cloud metadata
     "http://[fd00:ec2::254]/latest/meta-data/",
     "http://[fe80::1]:{port}/mcp",  # link-local
+    "http://[fe80::1%25eth0]:{port}/mcp",  # link-local with a zone id
+    "http://[fe80::1%25lo]/",
+    "http://[::1%25lo]:{port}/mcp",  # loopback with a zone id
+    "http://[fe80::1%25nosuchif]/",  # a zone id naming no interface here
+    "http://localhost./",  # trailing dot
+    "http://localhost.:{port}/mcp",
+    "http://localhost..:{port}/mcp",
+    "http://127.0.0.1.:{port}/mcp",
+    "http://2130706433.:{port}/mcp",
+    "http://api.localhost:{port}/mcp",  # every name under localhost is loopback (RFC 6761)
+    "http://[::ffff:169.254.169.254]/",
     "http://10.0.0.1:{port}/mcp",
     "http://172.16.0.1:{port}/mcp",
     "http://192.168.1.1:{port}/mcp",
@@ -119,11 +130,9 @@ def test_the_guard_refuses_every_tricky_address(listener, no_private):
 
 
 def _resolves(url: str) -> bool:
-    try:
-        socket.getaddrinfo(urlsplit(url).hostname, 80)
-    except (socket.gaierror, UnicodeError):
-        return False
-    return True
+    """Only a public-looking name that resolves nowhere (example.invalid) may pass registration: every
+    other form above is an internal address whatever DNS says, refused at once."""
+    return not (urlsplit(url).hostname or "").endswith(".invalid")
 
 
 def test_registering_them_is_refused_with_a_field_error(org, owner, listener, no_private):
@@ -140,7 +149,7 @@ def test_registering_them_is_refused_with_a_field_error(org, owner, listener, no
         assert not _resolves(url), f"{url} was registered although it resolves"
         report = services.sync_server(actor=actor, server_id=server.id)
         assert report.status == "error" and "could not be resolved" in report.error, (url, report.error)
-    assert McpServer.objects.filter(org=org).count() <= 2
+    assert McpServer.objects.filter(org=org).count() == 1
     assert listener.connections == 0
 
 
@@ -173,7 +182,7 @@ def test_the_registration_page_shows_the_reason(client, owner, listener, no_priv
 def test_a_server_registered_while_allowed_is_refused_at_sync(client, org, listener):
     """The operator turned AIRLOCK_EGRESS_ALLOW_PRIVATE off after registration: every sync refuses."""
     actor = member_actor(owner_of(org))
-    urls = _urls(listener.port)[:18]
+    urls = _urls(listener.port)
     servers = [services.create_server(actor=actor, name=f"old-{i}", transport="http", trust_tier="internal", url=u,
                                       sync=False) for i, u in enumerate(urls)]
     auth = {"HTTP_AUTHORIZATION": f"Bearer {token_for(org, 'admin')}"}
@@ -199,7 +208,8 @@ def test_the_connect_time_check_holds_without_the_url_check(listener):
         return None
 
     for url in (f"http://localhost:{listener.port}/", f"http://127.0.0.1:{listener.port}/",
-                f"http://[::ffff:127.0.0.1]:{listener.port}/"):
+                f"http://[::ffff:127.0.0.1]:{listener.port}/", f"http://localhost.:{listener.port}/",
+                f"http://127.0.0.1.:{listener.port}/", f"http://[::1%25lo]:{listener.port}/"):
         error = run_async(attempt(url))
         assert isinstance(error, EgressRefused), (url, error)
     assert listener.connections == 0
@@ -250,3 +260,51 @@ def test_redirects_are_never_followed(org, listener):
     assert report.status == "error"
     assert "not followed" in report.error, report.error
     assert listener.connections == 0
+
+
+def test_the_allow_list_lets_named_hosts_and_networks_through_and_nothing_else(listener, no_private):
+    """AIRLOCK_EGRESS_ALLOW opens exactly what it names: a host name, or addresses inside a CIDR."""
+    with override_settings(AIRLOCK_EGRESS_ALLOW=["model-box.internal", "127.0.0.0/30"]):
+        assert check_url(f"http://127.0.0.1:{listener.port}/v1") == ["127.0.0.1"]
+        assert check_url(f"http://2130706433:{listener.port}/v1") == ["127.0.0.1"]
+        for url in (f"http://127.0.0.9:{listener.port}/", "http://169.254.169.254/", "http://[::1]/",
+                    "http://10.0.5.1/", "http://[fe80::1%25lo]/"):
+            with pytest.raises(EgressRefused):
+                check_url(url)
+    with override_settings(AIRLOCK_EGRESS_ALLOW=["localhost"]):
+        assert check_url(f"http://LocalHost.:{listener.port}/") == check_url(f"http://localhost:{listener.port}/")
+        with pytest.raises(EgressRefused):
+            check_url("http://127.0.0.1/")  # the name is allowed, not the address behind it
+
+
+def test_a_refusal_tells_the_operator_what_to_set(no_private):
+    with pytest.raises(EgressRefused) as caught:
+        check_url("http://localhost.:11434/v1")
+    assert "AIRLOCK_EGRESS_ALLOW=localhost" in str(caught.value)
+    assert "AIRLOCK_EGRESS_ALLOW_PRIVATE=1" in str(caught.value)
+
+
+def test_a_bad_allow_list_entry_is_named(no_private):
+    from django.core.exceptions import ImproperlyConfigured
+
+    with override_settings(AIRLOCK_EGRESS_ALLOW=["10.0.5.0/33"]), pytest.raises(ImproperlyConfigured) as caught:
+        check_url("http://example.com/")
+    assert "'10.0.5.0/33'" in str(caught.value)
+
+
+def test_manage_check_refuses_a_bad_allow_list_entry():
+    """An operator's typo stops the processes at start (manage.py check), naming the entry."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "AIRLOCK_EGRESS_ALLOW": "ollama.internal,10.0.5.0/33"}
+    bad = subprocess.run([sys.executable, "manage.py", "check"], env=env, capture_output=True, text=True,
+                         timeout=120, cwd=root)
+    assert bad.returncode != 0 and "airlock.E010" in bad.stderr and "'10.0.5.0/33'" in bad.stderr, bad.stderr
+    env["AIRLOCK_EGRESS_ALLOW"] = "ollama.internal,10.0.5.0/24,[fd00::/8]"
+    good = subprocess.run([sys.executable, "manage.py", "check"], env=env, capture_output=True, text=True,
+                          timeout=120, cwd=root)
+    assert good.returncode == 0, good.stderr

@@ -10,6 +10,8 @@ from typing import TypeVar
 
 from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, UnexpectedModelBehavior, UserError
 
+from apps.registry.egress import EgressRefused
+
 T = TypeVar("T")
 RETRY_ATTEMPTS = 3
 BACKOFF_BASE_S = 0.5
@@ -29,6 +31,8 @@ class LeaseLost(Exception):
 
 
 def classify_model_error(exc: BaseException) -> str:
+    if egress_refusal(exc) is not None:  # an SDK may wrap it as a connection error; asking again cannot help
+        return "permission"
     if isinstance(exc, ModelHTTPError):
         if exc.status_code in (408, 409, 425, 429) or exc.status_code >= 500:
             return "transient"
@@ -40,6 +44,16 @@ def classify_model_error(exc: BaseException) -> str:
     if isinstance(exc, UnexpectedModelBehavior | UserError | ValueError):
         return "validation"
     return "internal"
+
+
+def egress_refusal(exc: BaseException) -> EgressRefused | None:
+    """The egress guard's refusal behind `exc` (an SDK's "Connection error." hides it), if any."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, EgressRefused):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def backoff_delay(attempt: int) -> float:

@@ -19,7 +19,7 @@ from pydantic_ai.tools import ToolDefinition
 
 from apps.agents.policy import CallFacts, decide
 from apps.agents.providers import build_model, run_blocking
-from apps.runs.engine.errors import StopRun, classify_model_error, with_retries
+from apps.runs.engine.errors import StopRun, classify_model_error, egress_refusal, with_retries
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.limits import DEFAULT_MAX_TOKENS, PreCallContext, check_before_call, estimate_tokens
 from apps.runs.engine.names import model_tool_name, qualified_name
@@ -96,9 +96,9 @@ def call_model(store: Any, *, turn: Any, agent: dict[str, Any], messages: list[M
     try:
         response = with_retries(once, classify=classify_model_error, on_retry=on_retry)
     except Exception as exc:
-        kind = classify_model_error(exc)
+        kind, reason = classify_model_error(exc), egress_refusal(exc) or exc
         # whole: the store redacts it before cutting it short (a cut secret would no longer match)
-        raise StopRun("failed", f"The model call for {agent['name']} failed ({kind}): {exc}", kind) from exc
+        raise StopRun("failed", f"The model call for {agent['name']} failed ({kind}): {reason}", kind) from exc
     latency_ms = int((time.monotonic() - started) * 1000)
     calls = [proposed_call(part, offered=offered, tools=tools)
              for part in response.parts if isinstance(part, ToolCallPart)]
