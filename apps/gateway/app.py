@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 from django.conf import settings
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
-from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
+from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from apps.gateway.server import Gateway, GatewayServer
+from apps.gateway.server import Gateway, GatewayServer, auth_error_response
 
 
 def transport_security() -> TransportSecuritySettings:
@@ -111,7 +111,7 @@ def build_app() -> Starlette:
                                                 json_response=True, stateless=True)
     endpoint = AuthenticationMiddleware(
         AuthContextMiddleware(RequireAuthMiddleware(EraRouter(manager, json_manager, limit), [])),
-        backend=BearerAuthBackend(gateway.verifier))
+        backend=gateway.auth, on_error=auth_error_response)
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "open_sessions": len(gateway._sessions),
