@@ -38,6 +38,7 @@ from django.conf import settings
 from django.db import Error as DatabaseError
 from django.db import close_old_connections
 from django.utils import timezone
+from mcp import MCPError
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel.server import NotificationOptions, Server
@@ -66,6 +67,8 @@ from apps.runs.models import CallState
 
 logger = logging.getLogger(__name__)
 
+RATE_LIMITED = -32029  # JSON-RPC server error: the key's calls per minute are spent (HTTP 429 where possible)
+RATE_COUNTED = "airlock.rate_counted"  # scope key: this request's call was counted before the SDK saw it
 CHANGE_DEBOUNCE_S = 0.05  # changes arriving together are re-read together
 HOLD_POLL_S = 0.5
 CONTENT_CAP_BYTES = 512 * 1024  # a result bigger than this (images included) is replaced by its capped text
@@ -93,6 +96,29 @@ class Identity:
     agent_id: str
     rate_limit_per_minute: int
     hold_wait_s: int
+
+
+def rate_limited(identity: Identity, wait: float) -> MCPError:
+    """The JSON-RPC error for a call over its key's rate (RATE_LIMITED, with the wait in its data)."""
+    return MCPError(RATE_LIMITED, f"Rate limit: the gateway key {identity.key_name!r} allows "
+                                  f"{identity.rate_limit_per_minute} calls per minute. Try again in {wait:.0f} s.",
+                    data={"retry_after_s": int(wait), "limit_per_minute": identity.rate_limit_per_minute})
+
+
+_NOT_A_CALL = object()
+
+
+def _tool_call_id(body: bytes) -> Any:
+    """The JSON-RPC id of a single `tools/call` request, else `_NOT_A_CALL`."""
+    if b"tools/call" not in body and b"\\u" not in body:  # the method can only appear as written
+        return _NOT_A_CALL
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return _NOT_A_CALL
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return _NOT_A_CALL
+    return message.get("id")
 
 
 def _error(text: str) -> types.CallToolResult:
@@ -224,6 +250,25 @@ class Gateway:
             raise PermissionError("no gateway key")
         return self._by_key[user.access_token.claims["key_id"]]
 
+    async def rate_refusal(self, scope: Any, body: bytes) -> JSONResponse | None:
+        """For a `tools/call` request over its key's rate: the HTTP 429 answer (Retry-After, and the
+        JSON-RPC error the SDK's clients raise). Counts the call otherwise, and marks the request so
+        that the handler does not count it again."""
+        user = scope.get("user")
+        call_id = _tool_call_id(body)
+        if call_id is _NOT_A_CALL or not isinstance(user, AuthenticatedUser):
+            return None
+        identity = self._by_key.get(user.access_token.claims["key_id"])
+        if identity is None:
+            return None
+        scope[RATE_COUNTED] = True
+        wait = await self.rate.take(identity.key_id, identity.rate_limit_per_minute)
+        if not wait:
+            return None
+        error = rate_limited(identity, wait).error
+        return JSONResponse({"jsonrpc": "2.0", "id": call_id, "error": error.model_dump(exclude_none=True)},
+                            status_code=429, headers={"Retry-After": str(int(wait))})
+
     # --- views and sessions ----------------------------------------------------------------------
 
     async def view(self, agent_id: str) -> AgentView:
@@ -271,10 +316,10 @@ class Gateway:
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> CallResult:
         identity = self.identity(ctx)
         self._track(ctx, identity)
-        wait = await self.rate.take(identity.key_id, identity.rate_limit_per_minute)
-        if wait:
-            return _error(f"Rate limit: the gateway key {identity.key_name!r} allows "
-                          f"{identity.rate_limit_per_minute} calls per minute. Try again in {wait:.0f} s.")
+        if ctx.request is None or not ctx.request.scope.get(RATE_COUNTED):  # e.g. a call inside a batch
+            wait = await self.rate.take(identity.key_id, identity.rate_limit_per_minute)
+            if wait:
+                raise rate_limited(identity, wait)
         view = await self.view(identity.agent_id)
         arguments = dict(params.arguments or {})
         offered = {g.qualified_name: g.qualified_name for g in view.offered}
