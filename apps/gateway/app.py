@@ -11,7 +11,7 @@ from typing import Any
 import anyio
 from django.conf import settings
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
-from mcp.server.auth.middleware.bearer_auth import BearerAuthBackend, RequireAuthMiddleware
+from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from apps.gateway.server import Gateway, GatewayServer
+from apps.gateway.server import Gateway, GatewayServer, auth_error_response
 
 
 def transport_security() -> TransportSecuritySettings:
@@ -41,28 +41,26 @@ class EraRouter:
     Handshake-era requests (sessions, GET streams) and 2026-07-28 requests that may stream
     (a progress token, `subscriptions/listen`) go to the SSE manager; other 2026-07-28 requests
     to a JSON-response one, which answers in the request's own task (about 40% less time per
-    call here than committing the SSE machinery for a response that never streams)."""
+    call here than committing the SSE machinery for a response that never streams). A
+    `tools/call` over its key's rate is answered here, HTTP 429 (`Gateway.rate_refusal`)."""
 
-    def __init__(self, sse: StreamableHTTPSessionManager, plain: StreamableHTTPSessionManager, limit: int) -> None:
-        self.sse, self.plain, self.limit = sse, plain, limit
+    def __init__(self, sse: StreamableHTTPSessionManager, plain: StreamableHTTPSessionManager, limit: int,
+                 gateway: Gateway) -> None:
+        self.sse, self.plain, self.limit, self.gateway = sse, plain, limit, gateway
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        version = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"mcp-protocol-version"), None)
-        if scope["method"] != "POST" or version is None or version in HANDSHAKE_PROTOCOL_VERSIONS:
+        if scope["method"] != "POST":
             await self.sse.handle_request(scope, receive, send)
             return
-        body, more = b"", True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.limit:
-                await JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
-                    "code": -32600, "message": f"Request body larger than {self.limit} bytes."}},
-                    status_code=413)(scope, receive, send)
-                return
+        body = await self._body(scope, receive, send)
+        if body is None:
+            return
+        # Before the session managers: once the SSE one takes a request, its HTTP status is 200 whatever
+        # the answer, and a refused call must say 429 with Retry-After.
+        refusal = await self.gateway.rate_refusal(scope, body)
+        if refusal is not None:
+            await refusal(scope, receive, send)
+            return
         replayed = False
 
         async def replay() -> dict[str, Any]:
@@ -72,8 +70,26 @@ class EraRouter:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        manager = self.sse if _may_stream(body) else self.plain
+        version = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"mcp-protocol-version"), None)
+        handshake = version is None or version in HANDSHAKE_PROTOCOL_VERSIONS
+        manager = self.sse if handshake or _may_stream(body) else self.plain
         await manager.handle_request(scope, replay, send)
+
+    async def _body(self, scope: Any, receive: Any, send: Any) -> bytes | None:
+        """The request's body, or None once answered (413 for a body over the limit, or gone)."""
+        body, more = b"", True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.limit:
+                await JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
+                    "code": -32600, "message": f"Request body larger than {self.limit} bytes."}},
+                    status_code=413)(scope, receive, send)
+                return None
+        return body
 
 
 def _may_stream(body: bytes) -> bool:
@@ -110,8 +126,8 @@ def build_app() -> Starlette:
     json_manager = StreamableHTTPSessionManager(app=server, security_settings=security, max_request_body_size=limit,
                                                 json_response=True, stateless=True)
     endpoint = AuthenticationMiddleware(
-        AuthContextMiddleware(RequireAuthMiddleware(EraRouter(manager, json_manager, limit), [])),
-        backend=BearerAuthBackend(gateway.verifier))
+        AuthContextMiddleware(RequireAuthMiddleware(EraRouter(manager, json_manager, limit, gateway), [])),
+        backend=gateway.auth, on_error=auth_error_response)
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "open_sessions": len(gateway._sessions),

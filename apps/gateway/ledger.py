@@ -440,6 +440,12 @@ def flush(batch: list[CallRecord]) -> None:
             for event in events[-PUBLISH_PER_RUN:]:
                 publish_after_commit(run_group(run_id), "run.event", run_id=str(run_id), seq=event.seq,
                                      type=event.type)
+        # The key before the audit chain's head, as a revoke takes them (the other order deadlocked).
+        sessions = {r.session_pk for r in batch}
+        GatewaySession.objects.filter(id__in=sessions).update(last_seen_at=now)
+        keys = {r.key_id for r in batch}
+        GatewayKey.objects.filter(id__in=keys).exclude(last_used_at__gt=now - timedelta(minutes=1)).update(
+            last_used_at=now)
         by_org: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for record, row in rows:
             by_org[record.org_id].append({
@@ -450,11 +456,6 @@ def flush(batch: list[CallRecord]) -> None:
                          "run_id": record.run_id, **record.event_data}})
         for org_id, entries in by_org.items():
             audit.record_many(org_id=org_id, entries=entries)
-        sessions = {r.session_pk for r in batch}
-        GatewaySession.objects.filter(id__in=sessions).update(last_seen_at=now)
-        keys = {r.key_id for r in batch}
-        GatewayKey.objects.filter(id__in=keys).exclude(last_used_at__gt=now - timedelta(minutes=1)).update(
-            last_used_at=now)
 
 
 UPDATABLE = {"state", "result", "error", "error_class", "findings", "finished_at", "reason", "rule"}

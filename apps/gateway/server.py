@@ -11,13 +11,14 @@ progress notifications). Resources and prompts of the servers the agent may use 
 too. Both protocol eras: the handshake era (sessions, `initialize`) and 2026-07-28
 (stateless, `server/discover`), as the SDK's session manager routes them.
 
-What the endpoint keeps in memory (per process): key identities and each agent's view, both
-dropped or re-read when a change notice arrives from any process (`apps.gateway.changes`, over
-the channel layer; a changed view sends list-changed notices to its connected clients), with a
-slow safety-net re-read (`AIRLOCK_GATEWAY_VIEW_REFRESH_S`; keys every `IDENTITY_TTL_S`, and
-every poll while notices cannot be heard); open sessions. Rate limits are shared by every
-gateway process through Redis (`ratelimit`; in-memory in embedded mode). Database work runs on
-worker threads; ledger rows for forwarded reads are committed in batches by
+Every request's key is checked against the database as it is now (`KeyBackend`: revoked, or its
+creator demoted or removed, is refused with the reason from the next request, open sessions
+included). What the endpoint keeps in memory (per process): each agent's view, re-read when a
+change notice arrives from any process (`apps.gateway.changes`, over the channel layer; a changed
+view sends list-changed notices to its connected clients), with a slow safety-net re-read
+(`AIRLOCK_GATEWAY_VIEW_REFRESH_S`, every poll while notices cannot be heard); open sessions.
+Rate limits are shared by every gateway process through Redis (`ratelimit`; in-memory in
+embedded mode). Database work runs on worker threads; ledger rows for forwarded reads are committed in batches by
 `ledger.LedgerWriter`. The ASGI app around it (routes, session managers, lifespan) is
 `apps.gateway.app`.
 """
@@ -34,7 +35,10 @@ import anyio
 import anyio.to_thread
 import mcp.types as types
 from django.conf import settings
+from django.db import Error as DatabaseError
+from django.db import close_old_connections
 from django.utils import timezone
+from mcp import MCPError
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.lowlevel.server import NotificationOptions, Server
@@ -46,6 +50,8 @@ from mcp.server.subscriptions import (
     ToolsListChanged,
 )
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
+from starlette.authentication import AuthCredentials, AuthenticationBackend, AuthenticationError
+from starlette.responses import JSONResponse
 
 from apps.agents.policy import CallFacts, PolicyDecision, decide
 from apps.audit.org_secrets import OrgSecrets, redact_outside
@@ -62,8 +68,8 @@ from apps.runs.models import CallState
 
 logger = logging.getLogger(__name__)
 
-IDENTITY_TTL_S = 1.0  # how long a key's identity is trusted without a change notice to rely on
-IDENTITY_TTL_LISTENING_S = 60.0  # ... and while this process hears registry changes (a revoke drops it at once)
+RATE_LIMITED = -32029  # JSON-RPC server error: the key's calls per minute are spent (HTTP 429 where possible)
+RATE_COUNTED = "airlock.rate_counted"  # scope key: this request's call was counted before the SDK saw it
 CHANGE_DEBOUNCE_S = 0.05  # changes arriving together are re-read together
 HOLD_POLL_S = 0.5
 CONTENT_CAP_BYTES = 512 * 1024  # a result bigger than this (images included) is replaced by its capped text
@@ -93,6 +99,29 @@ class Identity:
     hold_wait_s: int
 
 
+def rate_limited(identity: Identity, wait: float) -> MCPError:
+    """The JSON-RPC error for a call over its key's rate (RATE_LIMITED, with the wait in its data)."""
+    return MCPError(RATE_LIMITED, f"Rate limit: the gateway key {identity.key_name!r} allows "
+                                  f"{identity.rate_limit_per_minute} calls per minute. Try again in {wait:.0f} s.",
+                    data={"retry_after_s": int(wait), "limit_per_minute": identity.rate_limit_per_minute})
+
+
+_NOT_A_CALL = object()
+
+
+def _tool_call_id(body: bytes) -> Any:
+    """The JSON-RPC id of a single `tools/call` request, else `_NOT_A_CALL`."""
+    if b"tools/call" not in body and b"\\u" not in body:  # the method can only appear as written
+        return _NOT_A_CALL
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return _NOT_A_CALL
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return _NOT_A_CALL
+    return message.get("id")
+
+
 def _error(text: str) -> types.CallToolResult:
     return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
 
@@ -103,7 +132,21 @@ def _inbox_link(approval_id: Any) -> str:
 
 
 async def _db(fn, *args, **kwargs):
-    return await anyio.to_thread.run_sync(lambda: fn(*args, **kwargs))
+    """Runs ORM work on a worker thread, and hands the thread's connection back afterwards.
+
+    The gateway serves ASGI outside Django's request cycle, so nothing else would ever close a
+    thread's connection: one broken by a Postgres restart stayed in its thread and failed every
+    later call there ("the connection is closed"). Closed after each call, it goes back to the pool
+    (which tests a connection before lending it) or, without a pool, is kept under Django's
+    CONN_MAX_AGE and health-check rules, as a request would keep it."""
+    return await anyio.to_thread.run_sync(lambda: _with_connection_returned(fn, args, kwargs))
+
+
+def _with_connection_returned(fn, args, kwargs):
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        close_old_connections()
 
 
 class GatewayServer(Server):
@@ -117,17 +160,27 @@ class GatewayServer(Server):
             experimental_capabilities, extensions)
 
 
-class KeyVerifier:
-    """`TokenVerifier` for gateway keys: unknown, revoked or malformed keys get None (HTTP 401)."""
+class KeyRefused(AuthenticationError):
+    """A presented gateway key that may not call now (HTTP 401 with the reason)."""
+
+
+class DatabaseUnavailable(AuthenticationError):
+    """The key cannot be checked because the database does not answer (HTTP 503, try again)."""
+
+
+class KeyBackend(AuthenticationBackend):
+    """Authenticates every request's bearer key against the database as it is now, so a revoked key
+    or a demoted or removed creator is refused from the next request, on open sessions too."""
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
         self._tokens: dict[str, AccessToken] = {}  # key id -> its (immutable) access token
 
-    async def verify_token(self, token: str) -> AccessToken | None:
-        identity = await self.gateway.identify(token)
-        if identity is None:
-            return None
+    async def authenticate(self, conn: Any) -> tuple[AuthCredentials, AuthenticatedUser] | None:
+        header = conn.headers.get("authorization") or ""
+        if not header.lower().startswith("bearer "):
+            return None  # RequireAuthMiddleware answers 401 "Authentication required"
+        identity = await self.gateway.identify(header[7:])
         access = self._tokens.get(identity.key_id)
         if access is None:
             if len(self._tokens) > 10_000:
@@ -135,12 +188,22 @@ class KeyVerifier:
             access = self._tokens[identity.key_id] = AccessToken(
                 token="", client_id=f"gateway-key:{identity.key_id}", scopes=[], subject=identity.key_id,
                 claims={"key_id": identity.key_id})
-        return access
+        return AuthCredentials([]), AuthenticatedUser(access)
+
+
+def auth_error_response(conn: Any, exc: Exception) -> JSONResponse:
+    """401 with the reason for a refused key; 503 with Retry-After while the database is down."""
+    if isinstance(exc, DatabaseUnavailable):
+        return JSONResponse({"error": "temporarily_unavailable", "error_description": str(exc)},
+                            status_code=503, headers={"Retry-After": "2"})
+    description = str(exc).replace('"', "'")
+    return JSONResponse({"error": "invalid_token", "error_description": description}, status_code=401,
+                        headers={"WWW-Authenticate": f'Bearer error="invalid_token", '
+                                                     f'error_description="{description}"'})
 
 
 class Gateway:
     def __init__(self) -> None:
-        self._identities: dict[str, tuple[Identity | None, float]] = {}  # key hash -> (identity, checked at)
         self._by_key: dict[str, Identity] = {}
         self._views: dict[str, AgentView] = {}
         self._view_locks: dict[str, anyio.Lock] = {}
@@ -157,24 +220,28 @@ class Gateway:
         self.rate = ratelimit.rate_limiter()
         self.writer = ledger.LedgerWriter()
         self.pool = LoopPool()
-        self.verifier = KeyVerifier(self)
+        self.auth = KeyBackend(self)
 
     # --- identity --------------------------------------------------------------------------------
 
-    async def identify(self, raw: str) -> Identity | None:
-        digest = selectors.hash_key(raw)
-        cached = self._identities.get(digest)
-        ttl = IDENTITY_TTL_LISTENING_S if self._listening else IDENTITY_TTL_S
-        if cached is not None and time.monotonic() - cached[1] < ttl:
-            return cached[0]
-        key = await _db(selectors.active_key_for, raw)
-        identity = None if key is None else Identity(
-            key_id=str(key.id), org_id=str(key.org_id), key_name=key.name, agent_id=str(key.agent_id),
-            rate_limit_per_minute=key.rate_limit_per_minute, hold_wait_s=key.hold_wait_s)
-        self._identities[digest] = (identity, time.monotonic())
-        if identity is not None:
-            self._by_key[identity.key_id] = identity
-            self._agent_org[identity.agent_id] = identity.org_id
+    async def identify(self, raw: str) -> Identity:
+        """The key's identity as the database has it now (checked on every request: a cache here let
+        a revoked key through on an open session until a change notice arrived).
+
+        Raises KeyRefused (with the reason) or DatabaseUnavailable."""
+        try:
+            standing = await _db(selectors.key_standing, raw)
+        except DatabaseError as exc:
+            logger.warning("gateway: cannot check a key, the database does not answer: %s", type(exc).__name__)
+            raise DatabaseUnavailable("Airlock's database does not answer; try again in a few seconds.") from None
+        key = standing.key
+        if key is None:
+            raise KeyRefused(standing.refusal)
+        identity = Identity(key_id=str(key.id), org_id=str(key.org_id), key_name=key.name,
+                            agent_id=str(key.agent_id), rate_limit_per_minute=key.rate_limit_per_minute,
+                            hold_wait_s=key.hold_wait_s)
+        self._by_key[identity.key_id] = identity
+        self._agent_org[identity.agent_id] = identity.org_id
         return identity
 
     def identity(self, ctx: Any) -> Identity:
@@ -183,6 +250,25 @@ class Gateway:
         if not isinstance(user, AuthenticatedUser):  # the auth middleware lets nothing else through
             raise PermissionError("no gateway key")
         return self._by_key[user.access_token.claims["key_id"]]
+
+    async def rate_refusal(self, scope: Any, body: bytes) -> JSONResponse | None:
+        """For a `tools/call` request over its key's rate: the HTTP 429 answer (Retry-After, and the
+        JSON-RPC error the SDK's clients raise). Counts the call otherwise, and marks the request so
+        that the handler does not count it again."""
+        user = scope.get("user")
+        call_id = _tool_call_id(body)
+        if call_id is _NOT_A_CALL or not isinstance(user, AuthenticatedUser):
+            return None
+        identity = self._by_key.get(user.access_token.claims["key_id"])
+        if identity is None:
+            return None
+        scope[RATE_COUNTED] = True
+        wait = await self.rate.take(identity.key_id, identity.rate_limit_per_minute)
+        if not wait:
+            return None
+        error = rate_limited(identity, wait).error
+        return JSONResponse({"jsonrpc": "2.0", "id": call_id, "error": error.model_dump(exclude_none=True)},
+                            status_code=429, headers={"Retry-After": str(int(wait))})
 
     # --- views and sessions ----------------------------------------------------------------------
 
@@ -231,10 +317,10 @@ class Gateway:
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> CallResult:
         identity = self.identity(ctx)
         self._track(ctx, identity)
-        wait = await self.rate.take(identity.key_id, identity.rate_limit_per_minute)
-        if wait:
-            return _error(f"Rate limit: the gateway key {identity.key_name!r} allows "
-                          f"{identity.rate_limit_per_minute} calls per minute. Try again in {wait:.0f} s.")
+        if ctx.request is None or not ctx.request.scope.get(RATE_COUNTED):  # e.g. a call inside a batch
+            wait = await self.rate.take(identity.key_id, identity.rate_limit_per_minute)
+            if wait:
+                raise rate_limited(identity, wait)
         view = await self.view(identity.agent_id)
         arguments = dict(params.arguments or {})
         offered = {g.qualified_name: g.qualified_name for g in view.offered}
@@ -505,17 +591,13 @@ class Gateway:
                         joined = time.monotonic()
             except Exception:
                 self._listening = False
-                self._identities.clear()  # trust keys only as long as without notices until back
                 logger.exception("gateway: listening for registry changes failed; retrying")
                 await anyio.sleep(1)
 
     def changed(self, data: dict[str, Any]) -> None:
-        """A change notice: drop the named keys' identities, mark the org's (or named) agents' views."""
-        org_id, agents, keys = str(data.get("org_id") or ""), data.get("agents"), set(data.get("keys") or [])
-        if keys:
-            for digest, (identity, _) in list(self._identities.items()):
-                if identity is not None and identity.key_id in keys:
-                    self._identities.pop(digest, None)
+        """A change notice: mark the org's (or named) agents' views for a re-read (keys are checked on
+        every request, so a notice naming only keys changes nothing here)."""
+        org_id, agents = str(data.get("org_id") or ""), data.get("agents")
         if agents is None:
             marked = {a for a, org in self._agent_org.items() if org == org_id}
         else:

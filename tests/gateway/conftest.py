@@ -114,8 +114,9 @@ def setup(org, owner, tmp_path, request):
 
 
 @asynccontextmanager
-async def mcp_client(url: str, key: str, *, mode: str = "auto", timeout: float = 60, **kwargs):
-    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(timeout))
+async def mcp_client(url: str, key: str, *, mode: str = "auto", timeout: float = 60, event_hooks=None, **kwargs):
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=httpx2.Timeout(timeout),
+                              event_hooks=event_hooks)
     async with Client(streamable_http_client(url, http_client=http), mode=mode, read_timeout_seconds=timeout,
                       **kwargs) as client:
         yield client

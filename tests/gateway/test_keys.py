@@ -26,7 +26,7 @@ def test_admins_create_list_and_revoke_keys_and_the_value_is_shown_once(setup):
     assert "value" not in listed["items"][0] and raw not in str(listed)
     assert setup.admin_api.delete(f"/api/v1/gateway-keys/{key.id}").status_code == 204
     assert setup.admin_api.get("/api/v1/gateway-keys").json()["items"][0]["revoked_at"] is not None
-    assert selectors.active_key_for(raw) is None
+    assert selectors.key_standing(raw).key is None
     actions = set(AuditEvent.objects.filter(org=setup.org).values_list("action", flat=True))
     assert {"gateway_key.created", "gateway_key.revoked"} <= actions
 

@@ -11,13 +11,15 @@ import threading
 import pytest
 from django.db import connection
 from django.test import Client as DjangoClient
+from mcp import MCPError
 from mcp.types import ToolListChangedNotification
 
 from apps.agents import services as agent_services
 from apps.approvals.models import ApprovalRequest
 from apps.gateway.models import GatewaySession
+from apps.gateway.server import RATE_LIMITED
 from apps.runs.models import ToolCall
-from tests.gateway.conftest import GRANTS, mcp_client, wait_until
+from tests.gateway.conftest import GRANTS, mcp_client, wait_for_ledgers, wait_until
 from tests.processes import run_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -137,16 +139,30 @@ def test_a_rejected_hold_is_refused(gateway_url, setup):
     assert refunds(setup) == {}
 
 
-def test_rate_limit_per_key_gives_a_clear_error(gateway_url, setup):
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_a_call_over_the_keys_rate_gets_http_429_with_retry_after_and_a_json_rpc_error(gateway_url, setup, mode):
     key = setup.create_key(rate_limit_per_minute=2)["value"]
+    answers = []
+
+    async def note(response):
+        if response.request.method == "POST" and b"tools/call" in response.request.content:
+            answers.append((response.status_code, response.headers.get("retry-after")))
 
     async def scenario():
-        async with mcp_client(gateway_url, key) as client:
-            return [await client.call_tool("orders.get_order_status", {"order_id": "A-1001"}) for _ in range(3)]
+        async with mcp_client(gateway_url, key, mode=mode, event_hooks={"response": [note]}) as client:
+            results = [await client.call_tool("orders.get_order_status", {"order_id": "A-1001"}) for _ in range(2)]
+            with pytest.raises(MCPError) as refused:
+                await client.call_tool("orders.get_order_status", {"order_id": "A-1001"})
+            return results, refused.value
 
-    results = run_async(scenario())
-    assert [r.is_error for r in results] == [False, False, True]
-    assert "allows 2 calls per minute" in results[2].content[0].text
+    results, refused = run_async(scenario())
+    assert [r.is_error for r in results] == [False, False]
+    assert refused.code == RATE_LIMITED and "allows 2 calls per minute" in refused.message
+    assert refused.data["limit_per_minute"] == 2 and 1 <= refused.data["retry_after_s"] <= 120
+    assert answers[:2] == [(200, None), (200, None)]
+    assert answers[2] == (429, str(refused.data["retry_after_s"]))
+    wait_for_ledgers(gateway_url)
+    assert ToolCall.objects.filter(run__gateway_session__key__prefix=key[:10]).count() == 2  # a refusal is no call
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
