@@ -234,7 +234,7 @@ STORAGES = {
     "staticfiles": {
         "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
         if DEBUG
-        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        else "apps.web.static_storage.ProductionStaticStorage"
     },
 }
 WHITENOISE_USE_FINDERS = DEBUG
