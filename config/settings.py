@@ -8,6 +8,7 @@ With them set it is the production stack (Postgres, Redis). Same code paths eith
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -40,7 +41,8 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 # Fernet keys (comma-separated, newest first) for secrets at rest. In DEBUG a key derived
 # from SECRET_KEY is used when none is given; a deploy check refuses that in production.
 AIRLOCK_ENCRYPTION_KEYS = env_list("AIRLOCK_ENCRYPTION_KEY")
-AIRLOCK_ALLOW_SIGNUP = env_bool("AIRLOCK_ALLOW_SIGNUP", default=True)
+# Self-serve sign-up (anyone who can reach the page creates an organisation): on for development only.
+AIRLOCK_ALLOW_SIGNUP = env_bool("AIRLOCK_ALLOW_SIGNUP", default=DEBUG)
 AIRLOCK_EGRESS_ALLOW_PRIVATE = env_bool("AIRLOCK_EGRESS_ALLOW_PRIVATE", default=False)
 AIRLOCK_BASE_URL = os.environ.get("AIRLOCK_BASE_URL", "http://127.0.0.1:8000")
 # The MCP gateway (`uvicorn config.gateway:app`): its public endpoint URL (shown on the keys page),
@@ -67,6 +69,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "ninja",  # serves the API docs' Swagger UI from our static files (no CDN, no inline script)
     "template_partials",
+    "axes",  # sign-in throttling (see Auth below)
     # Domain apps, in dependency order (ARCHITECTURE.md section 2).
     "apps.core",
     "apps.audit",
@@ -97,6 +100,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "apps.web.middleware.CurrentOrganizationMiddleware",
     "apps.web.errors.DomainErrorMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a locked-out sign-in into the 429 page
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -213,6 +217,19 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Sign-in throttling (django-axes): after AIRLOCK_SIGNIN_FAILURE_LIMIT failed sign-ins in a row for
+# one account (from anywhere), or from one address (for any accounts), that account or address gets
+# 429 for AIRLOCK_SIGNIN_LOCKOUT_MINUTES, counted from its latest attempt, even with the right
+# password. `manage.py unlock_sign_in` lifts a lockout early.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = int(os.environ.get("AIRLOCK_SIGNIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("AIRLOCK_SIGNIN_LOCKOUT_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_USERNAME_CALLABLE = "apps.web.sign_in_throttle.attempted_email"
+AXES_LOCKOUT_CALLABLE = "apps.web.sign_in_throttle.locked_out"
+AXES_DISABLE_ACCESS_LOG = True  # successful sign-ins are in the audit log already
+AXES_VERBOSE = False
 LOGIN_URL = "web:login"
 LOGIN_REDIRECT_URL = "web:dashboard"
 LOGOUT_REDIRECT_URL = "web:login"

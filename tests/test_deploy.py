@@ -55,6 +55,18 @@ def test_production_refuses_to_start_without_a_secret_key():
     assert "SECRET_KEY must be set" in result.stderr
 
 
+def _setting(name: str, env: dict[str, str]) -> str:
+    result = run_manage("shell", "-c", f"from django.conf import settings; print(settings.{name})", env=env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_sign_up_is_off_in_production_unless_turned_on():
+    assert _setting("AIRLOCK_ALLOW_SIGNUP", PRODUCTION_ENV) == "False"
+    assert _setting("AIRLOCK_ALLOW_SIGNUP", {**PRODUCTION_ENV, "AIRLOCK_ALLOW_SIGNUP": "1"}) == "True"
+    assert _setting("AIRLOCK_ALLOW_SIGNUP", {**PRODUCTION_ENV, "DEBUG": "1"}) == "True"
+
+
 def _command_exists(command: list[str]) -> None:
     program, *args = command
     if program == "uvicorn":
@@ -179,6 +191,8 @@ def test_the_production_build_serves_every_section_with_its_collected_assets(tmp
         signed_in = client.request("POST", "/login/", data={"csrfmiddlewaretoken": csrf, "username": owner.user.email,
                                                             "password": PASSWORD})
         assert signed_in.status_code == 302, signed_in.text[:500]
+        assert "/signup/" not in login.text
+        assert client.request("GET", "/signup/").status_code == 404
         for page in PAGES:
             response = client.request("GET", page)
             assert response.status_code == 200, f"{page}: {response.status_code}\n{response.text[:500]}"
