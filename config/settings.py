@@ -12,6 +12,9 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("AIRLOCK_VAR_DIR", BASE_DIR / "var")).resolve()
@@ -170,6 +173,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = os.environ.get("REDIS_URL", "")
 EMBEDDED = not REDIS_URL
 
+_REDIS_RECONNECT = {"retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), 3), "retry_on_error": [RedisConnectionError]}
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -177,7 +181,10 @@ if REDIS_URL:
             "CONFIG": {
                 # redis-py 8 defaults socket_timeout to 5 s, which kills idle consumers
                 # ("Timeout reading from ..."); a blocking read must wait forever.
-                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                # Pooled connections die with a Redis restart and redis-py retries nothing by default,
+                # so the first command on each (a websocket's group_add, a publish) failed: a connection
+                # error now reconnects and tries again.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None, **_REDIS_RECONNECT}],
                 "prefix": os.environ.get("AIRLOCK_CHANNEL_PREFIX", "airlock"),
             },
         }
@@ -284,5 +291,6 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    "loggers": {"django.channels.server": {"level": "WARNING"},
+                "axes": {"level": "WARNING"}},  # a line per sign-in otherwise; lockouts are warnings
 }
