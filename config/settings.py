@@ -8,9 +8,13 @@ With them set it is the production stack (Postgres, Redis). Same code paths eith
 from __future__ import annotations
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("AIRLOCK_VAR_DIR", BASE_DIR / "var")).resolve()
@@ -40,7 +44,8 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 # Fernet keys (comma-separated, newest first) for secrets at rest. In DEBUG a key derived
 # from SECRET_KEY is used when none is given; a deploy check refuses that in production.
 AIRLOCK_ENCRYPTION_KEYS = env_list("AIRLOCK_ENCRYPTION_KEY")
-AIRLOCK_ALLOW_SIGNUP = env_bool("AIRLOCK_ALLOW_SIGNUP", default=True)
+# Self-serve sign-up (anyone who can reach the page creates an organisation): on for development only.
+AIRLOCK_ALLOW_SIGNUP = env_bool("AIRLOCK_ALLOW_SIGNUP", default=DEBUG)
 AIRLOCK_EGRESS_ALLOW_PRIVATE = env_bool("AIRLOCK_EGRESS_ALLOW_PRIVATE", default=False)
 # Internal hosts Airlock may still reach (a local model server, an internal MCP server): host names,
 # addresses or CIDRs, comma-separated, e.g. "ollama.internal,10.0.5.0/24" (apps/registry/egress.py).
@@ -70,6 +75,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "ninja",  # serves the API docs' Swagger UI from our static files (no CDN, no inline script)
     "template_partials",
+    "axes",  # sign-in throttling (see Auth below)
     # Domain apps, in dependency order (ARCHITECTURE.md section 2).
     "apps.core",
     "apps.audit",
@@ -100,6 +106,7 @@ MIDDLEWARE = [
     "django_htmx.middleware.HtmxMiddleware",
     "apps.web.middleware.CurrentOrganizationMiddleware",
     "apps.web.errors.DomainErrorMiddleware",
+    "axes.middleware.AxesMiddleware",  # last: turns a locked-out sign-in into the 429 page
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -169,6 +176,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = os.environ.get("REDIS_URL", "")
 EMBEDDED = not REDIS_URL
 
+_REDIS_RECONNECT = {"retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), 3), "retry_on_error": [RedisConnectionError]}
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
@@ -176,7 +184,10 @@ if REDIS_URL:
             "CONFIG": {
                 # redis-py 8 defaults socket_timeout to 5 s, which kills idle consumers
                 # ("Timeout reading from ..."); a blocking read must wait forever.
-                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                # Pooled connections die with a Redis restart and redis-py retries nothing by default,
+                # so the first command on each (a websocket's group_add, a publish) failed: a connection
+                # error now reconnects and tries again.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None, **_REDIS_RECONNECT}],
                 "prefix": os.environ.get("AIRLOCK_CHANNEL_PREFIX", "airlock"),
             },
         }
@@ -216,6 +227,19 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Sign-in throttling (django-axes): after AIRLOCK_SIGNIN_FAILURE_LIMIT failed sign-ins in a row for
+# one account (from anywhere), or from one address (for any accounts), that account or address gets
+# 429 for AIRLOCK_SIGNIN_LOCKOUT_MINUTES, counted from its latest attempt, even with the right
+# password. `manage.py unlock_sign_in` lifts a lockout early.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = int(os.environ.get("AIRLOCK_SIGNIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("AIRLOCK_SIGNIN_LOCKOUT_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_USERNAME_CALLABLE = "apps.web.sign_in_throttle.attempted_email"
+AXES_LOCKOUT_CALLABLE = "apps.web.sign_in_throttle.locked_out"
+AXES_DISABLE_ACCESS_LOG = True  # successful sign-ins are in the audit log already
+AXES_VERBOSE = False
 LOGIN_URL = "web:login"
 LOGIN_REDIRECT_URL = "web:dashboard"
 LOGOUT_REDIRECT_URL = "web:login"
@@ -237,7 +261,7 @@ STORAGES = {
     "staticfiles": {
         "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
         if DEBUG
-        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+        else "apps.web.static_storage.ProductionStaticStorage"
     },
 }
 WHITENOISE_USE_FINDERS = DEBUG
@@ -271,5 +295,6 @@ LOGGING = {
                              "format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
-    "loggers": {"django.channels.server": {"level": "WARNING"}},
+    "loggers": {"django.channels.server": {"level": "WARNING"},
+                "axes": {"level": "WARNING"}},  # a line per sign-in otherwise; lockouts are warnings
 }

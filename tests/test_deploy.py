@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import importlib
 import os
+import posixpath
+import re
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+import requests
 import yaml
 from django.core.management import get_commands
+from django.test import override_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCTION_ENV = {
@@ -49,6 +55,18 @@ def test_production_refuses_to_start_without_a_secret_key():
     assert "SECRET_KEY must be set" in result.stderr
 
 
+def _setting(name: str, env: dict[str, str]) -> str:
+    result = run_manage("shell", "-c", f"from django.conf import settings; print(settings.{name})", env=env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def test_sign_up_is_off_in_production_unless_turned_on():
+    assert _setting("AIRLOCK_ALLOW_SIGNUP", PRODUCTION_ENV) == "False"
+    assert _setting("AIRLOCK_ALLOW_SIGNUP", {**PRODUCTION_ENV, "AIRLOCK_ALLOW_SIGNUP": "1"}) == "True"
+    assert _setting("AIRLOCK_ALLOW_SIGNUP", {**PRODUCTION_ENV, "DEBUG": "1"}) == "True"
+
+
 def _command_exists(command: list[str]) -> None:
     program, *args = command
     if program == "uvicorn":
@@ -80,3 +98,106 @@ def test_every_compose_service_runs_a_command_that_exists():
     for name in ("postgres", "redis", "web", "gateway"):
         assert "healthcheck" in services[name], name
     assert (ROOT / "Dockerfile").exists()
+
+
+def test_the_image_collects_static_files_with_production_settings():
+    """The build step the serving test below reproduces; DEBUG=0 selects the hashed, compressed storage."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"RUN DEBUG=0 SECRET_KEY=\S+ python manage.py collectstatic --noinput", dockerfile)
+
+
+# --- the production image's static files ------------------------------------------------------------
+
+# One page per section of the app, as a signed-in owner sees them.
+PAGES = ["/", "/servers/", "/agents/", "/crews/", "/runs/", "/inbox/", "/costs/", "/audit/", "/settings/members/",
+         "/settings/system/"]
+PRODUCTION_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+ASSET = re.compile(r"""(?:href|src)="(/static/[^"]+)\"""")
+CSS_URL = re.compile(r"""url\(["']?([^"')]+)["']?\)""")
+
+
+class ProxiedClient:
+    """Talks to the server as the TLS proxy in front of it would: `Host` and `X-Forwarded-Proto: https`.
+    Keeps cookies itself, since Secure cookies would otherwise never go back over this plain HTTP hop."""
+
+    def __init__(self, base_url: str, host: str) -> None:
+        self.base_url, self.host, self.cookies = base_url, host, {}
+
+    def request(self, method: str, path: str, **kwargs) -> requests.Response:
+        headers = {"Host": self.host, "X-Forwarded-Proto": "https", "Origin": f"https://{self.host}",
+                   "Referer": f"https://{self.host}{path}",
+                   "Cookie": "; ".join(f"{k}={v}" for k, v in self.cookies.items())}
+        response = requests.request(method, self.base_url + path, headers=headers, allow_redirects=False,
+                                    timeout=30, **kwargs)
+        self.cookies.update(response.cookies.get_dict())
+        return response
+
+
+def _collect_static(static_var_dir: Path) -> None:
+    result = run_manage("collectstatic", "--noinput", env={**PRODUCTION_ENV, "AIRLOCK_VAR_DIR": str(static_var_dir)})
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+@contextmanager
+def _production_server(var_dir: Path, log: Path):
+    from tests.processes import free_port, stop, test_database_url, wait_for_port
+
+    port = free_port()
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRLOCK_", "DJANGO_", "DEBUG", "SECRET_KEY"))}
+    env = {**base, **PRODUCTION_ENV, "AIRLOCK_VAR_DIR": str(var_dir), "DATABASE_URL": test_database_url(),
+           "PYTHONUNBUFFERED": "1"}
+    with log.open("w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
+                                 "--port", str(port), "--proxy-headers"],
+                                cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        wait_for_port(port, proc, log)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        stop(proc)
+
+
+def _assets_of(client: ProxiedClient, html: str, fetched: dict[str, int]) -> None:
+    """Fetches every static file the page links, and every file those stylesheets point at (fonts)."""
+    for path in ASSET.findall(html):
+        if path in fetched:
+            continue
+        response = client.request("GET", path)
+        fetched[path] = response.status_code
+        if path.endswith(".css") and response.ok:
+            for ref in CSS_URL.findall(response.text):
+                if ref.startswith("data:"):
+                    continue
+                target = posixpath.normpath(posixpath.join(posixpath.dirname(path), ref.split("?")[0].split("#")[0]))
+                fetched[target] = client.request("GET", target).status_code
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_production_build_serves_every_section_with_its_collected_assets(tmp_path):
+    """What the Dockerfile does: collectstatic with DEBUG=0, then serve from the collected files only."""
+    from tests.factories import PASSWORD, make_org, owner_of
+
+    _collect_static(tmp_path)
+    assert (tmp_path / "staticfiles" / "staticfiles.json").exists()
+    with override_settings(PASSWORD_HASHERS=PRODUCTION_HASHERS):  # the tests' fast hasher is not one of them
+        owner = owner_of(make_org("Acme"))
+    with _production_server(tmp_path, tmp_path / "web.log") as url:
+        client = ProxiedClient(url, "airlock.example.com")
+        login = client.request("GET", "/login/")
+        assert login.status_code == 200, login.text[:500]
+        fetched: dict[str, int] = {}
+        _assets_of(client, login.text, fetched)
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', login.text).group(1)
+        signed_in = client.request("POST", "/login/", data={"csrfmiddlewaretoken": csrf, "username": owner.user.email,
+                                                            "password": PASSWORD})
+        assert signed_in.status_code == 302, signed_in.text[:500]
+        assert "/signup/" not in login.text
+        assert client.request("GET", "/signup/").status_code == 404
+        for page in PAGES:
+            response = client.request("GET", page)
+            assert response.status_code == 200, f"{page}: {response.status_code}\n{response.text[:500]}"
+            _assets_of(client, response.text, fetched)
+    # Hashed names prove the pages link the collected manifest, not the source folder.
+    assert any(re.search(r"tabler\.min\.[0-9a-f]{12}\.css$", p) for p in fetched), sorted(fetched)
+    assert any(p.endswith(".woff2") for p in fetched), sorted(fetched)
+    assert {p: s for p, s in fetched.items() if s != 200} == {}

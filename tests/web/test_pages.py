@@ -37,14 +37,16 @@ def test_pages_need_a_signed_in_member(client):
     assert response["Location"].startswith("/login/")
 
 
-def test_sign_up_creates_an_org_and_signs_in(client, db):
+def test_sign_up_creates_an_org_and_signs_in(client, settings, db):
+    settings.AIRLOCK_ALLOW_SIGNUP = True
     response = client.post("/signup/", {"email": "new@example.com", "password": "a-long-unusual-passphrase",
                                         "org_name": "Initech"}, follow=True)
     assert "Initech" in response.content.decode()
     assert Membership.objects.get(user__email="new@example.com").role == "owner"
 
 
-def test_sign_up_shows_field_errors_and_keeps_input(client, db):
+def test_sign_up_shows_field_errors_and_keeps_input(client, settings, db):
+    settings.AIRLOCK_ALLOW_SIGNUP = True
     response = client.post("/signup/", {"email": "new@example.com", "password": "short", "org_name": "Initech"})
     page = response.content.decode()
     assert 'class="form-control is-invalid"' in page
@@ -55,6 +57,7 @@ def test_sign_up_shows_field_errors_and_keeps_input(client, db):
 def test_sign_up_can_be_turned_off(client, settings, db):
     settings.AIRLOCK_ALLOW_SIGNUP = False
     assert client.get("/signup/").status_code == 404
+    assert "/signup/" not in client.get("/login/").content.decode()
 
 
 def test_password_reset_sends_a_working_link(client, owner):

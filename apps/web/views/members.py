@@ -5,7 +5,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from apps.accounts import selectors, services
+from apps.accounts import lockouts, selectors, services
 from apps.accounts.roles import ROLE_HELP, Role
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
 from apps.web.access import member_required
@@ -13,8 +13,10 @@ from apps.web.forms import AddMemberForm, apply_domain_errors
 
 
 def _page(request: HttpRequest, form: AddMemberForm, new_password: str | None = None, status: int = 200):
+    members = list(selectors.org_members(org_id=request.actor.org_id))
     context = {
-        "members": selectors.org_members(org_id=request.actor.org_id),
+        "members": members,
+        "locked_out": lockouts.locked_out_emails(emails=[m.user.email for m in members]),
         "form": form,
         "roles": Role.choices,
         "role_help": {str(k): v for k, v in ROLE_HELP.items()},
@@ -63,6 +65,20 @@ def remove_member(request: HttpRequest, member_id) -> HttpResponse:
         services.remove_member(actor=request.actor, member_id=membership.id)
         messages.success(request, f"{membership.user.email} was removed.")
     except (PermissionDenied, Conflict) as exc:
+        messages.error(request, exc.message)
+    if request.htmx:
+        return _page(request, AddMemberForm())
+    return redirect("web:members")
+
+
+@require_POST
+@member_required("members.manage")
+def unlock_member(request: HttpRequest, member_id) -> HttpResponse:
+    """Lifts a sign-in lockout (too many wrong passwords) before its cool-off ends."""
+    try:
+        membership = lockouts.unlock_member(actor=request.actor, member_id=member_id)
+        messages.success(request, f"{membership.user.email} can sign in again.")
+    except PermissionDenied as exc:
         messages.error(request, exc.message)
     if request.htmx:
         return _page(request, AddMemberForm())
