@@ -109,13 +109,12 @@ class RunStore(Ledger):
         last one are written, in order, before its first statement, or, when it makes none (the usual tool
         step), first in that batch, which then carries its BEGIN too: one round trip for it all.
 
-        What is deferred, and why that is safe: a tool call's completion and the answer that carries its
-        result to the model, and a model call that asked for tools. They are written by the next store
-        transaction, which is the one that decides that model call's first tool call (and commits its
-        `dispatched` before the call leaves): a tool step costs one commit, not three. Nothing leaves the
-        worker in between (the tool call itself waits for that commit). A worker that dies in between
-        leaves the last tool call `dispatched`, read as `unknown` on resume: the same as dying before
-        its result was stored; a model call not yet recorded is made again."""
+        What is deferred, and why that is safe: a model call that asked for tools, written by the next
+        store transaction, the one that decides its first tool call (and commits its `dispatched` before the
+        call leaves); a tool call's completion and its audit row, written by the transaction that saves the
+        answer carrying its result to the model (the engine commits it before the next model call) or by the
+        next call's `dispatched`. Nothing leaves the worker in between. A worker that dies during the next
+        model call leaves the completed calls committed; a model call not yet recorded is made again."""
         outer, mark = self._depth == 0, len(self._events)
         # No savepoint when nested: nothing here catches an error to carry on, and a SAVEPOINT and its
         # RELEASE are two round trips each (bench/run.py counted ~8 per step before).
@@ -376,8 +375,7 @@ class RunStore(Ledger):
 
     def save_messages(self, turn: RunStep, messages: list[ModelMessage], *, defer: bool = False,
                       **state: Any) -> None:
-        """`defer`: written with the store's next transaction (see `atomic`); the engine's answer to a
-        model call's tool calls, which the next model call's record follows anyway."""
+        """`defer`: written with the store's next transaction (see `atomic`)."""
         if defer and not state:
             self._save_messages(turn, messages)
             return
