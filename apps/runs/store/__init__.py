@@ -37,6 +37,7 @@ from apps.notifications.services import notify
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.events import Totals, publish_status, send_events
 from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolCall
+from apps.runs.outcome import writes_not_done
 from apps.runs.store.ledger import Ledger
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
@@ -255,7 +256,8 @@ class RunStore(Ledger):
                 self.event("run.tainted", reason=reason)
 
     def finish(self, status: str, *, output: str = "", error: str = "", error_class: str = "") -> None:
-        """Ends the run; pending approvals of this run expire (nothing will execute them)."""
+        """Ends the run; pending approvals of this run expire (nothing will execute them). Its writes that did
+        not go through are its `attention` (apps/runs/outcome.py), in its `run.finished` event and webhook."""
         with self.atomic():
             pending = lock_pending_requests(self.run_id)  # before the run: the order decide_approval locks in
             run = Run.objects.select_for_update().get(id=self.run_id)
@@ -265,16 +267,19 @@ class RunStore(Ledger):
                 raise LeaseLost(self.run_id)
             run.status, run.output, run.error, run.error_class = status, output, error[:4000], error_class
             run.finished_at, run.lease_owner, run.lease_expires_at = timezone.now(), "", None
+            run.attention = writes_not_done(run_id=run.id, tools=run.snapshot.get("tools", {}))
             run.save(update_fields=["status", "output", "error", "error_class", "finished_at", "lease_owner",
-                                    "lease_expires_at", "updated_at"])
+                                    "lease_expires_at", "attention", "updated_at"])
             for request in pending:
                 approvals.expire_request(request=request)
-            self.event("run.finished", status=status, error=error[:500], error_class=error_class)
+            self.event("run.finished", status=status, error=error[:500], error_class=error_class,
+                       attention=run.attention_summary)
             publish_status(run)
             notify(org_id=run.org_id, event="run.finished",
                    payload={"run_id": str(run.id), "crew": run.crew_name, "status": status, "error": error[:500],
                             "error_class": error_class, "output": output[:2000],
-                            "cost_usd": None if run.cost_usd is None else str(run.cost_usd)})
+                            "cost_usd": None if run.cost_usd is None else str(run.cost_usd),
+                            "attention": run.attention, "attention_summary": run.attention_summary})
         self.run = run
 
     def wait(self, reason: str) -> bool:
