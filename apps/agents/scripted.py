@@ -1,7 +1,8 @@
 """The scripted model (provider `scripted`, API.md): deterministic, no network.
 
 An agent's `script` is a list of turns and each model call consumes the next one:
-`{"call": [{"tool": ..., "args": {...}}]}`, `{"say": "text"}`, `{"route": "<member>"|"FINISH"}`
+`{"call": [{"tool": ..., "args": {...}}]}`, `{"say": "text"}` (`{{result}}` in it: the last tool results'
+text), `{"route": "<member>"|"FINISH"}`
 or `{"obey": true}` (emit every `CALL <tool> <json args>` line of the last tool results, like
 a fully injectable model). When the script runs out the model says `done`.
 
@@ -21,11 +22,13 @@ from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, Text
 from pydantic_ai.models.function import AgentInfo, FunctionModel, _estimate_usage
 from pydantic_ai.usage import RequestUsage
 
+from apps.agents.prompts import TOOL_OUTPUT_CLOSE, TOOL_OUTPUT_OPEN
 from apps.core.errors import ValidationFailed
 
 TURN_KINDS = ("call", "say", "route", "obey")
 MAX_TURNS = 200
 _PLACEHOLDER = re.compile(r"\{\{\s*input\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_RESULT = re.compile(r"\{\{\s*result\s*\}\}")
 _CALL_LINE = re.compile(r"^\s*CALL\s+([A-Za-z0-9_.\-]+)\s+(\{.*\})\s*$", re.MULTILINE)
 
 
@@ -115,6 +118,21 @@ def fill_inputs(value: Any, inputs: Mapping[str, Any]) -> Any:
     return value
 
 
+def last_result(messages: list[ModelMessage]) -> str:
+    """The text of the most recent tool results as the tool gave it (without the data markers around it;
+    a tool's error keeps its `ERROR` line), what a `say` turn's `{{result}}` quotes: an answer that reports
+    what the tool did, not what the script expected. "" before any tool call."""
+    for message in reversed(messages):
+        if not isinstance(message, ModelRequest):
+            continue
+        returns = [p for p in message.parts if isinstance(p, ToolReturnPart)]
+        if returns:
+            texts = [p.content if isinstance(p.content, str) else json.dumps(p.content, default=str) for p in returns]
+            return "\n".join(line for text in texts for line in text.splitlines()
+                             if not line.startswith(TOOL_OUTPUT_OPEN) and line != TOOL_OUTPUT_CLOSE)
+    return ""
+
+
 def injected_calls(messages: list[ModelMessage]) -> list[tuple[str, dict[str, Any]]]:
     """Every `CALL <tool> <json args>` line in the most recent tool results (what `obey` follows)."""
     for message in reversed(messages):
@@ -143,7 +161,8 @@ def play_turn(turn: Mapping[str, Any] | None, *, index: int, messages: list[Mode
     if turn is None:
         return ModelResponse(parts=[TextPart("done")])
     if "say" in turn:
-        return ModelResponse(parts=[TextPart(fill_inputs(turn["say"], inputs))])
+        text = _RESULT.sub(lambda _: last_result(messages), fill_inputs(turn["say"], inputs))
+        return ModelResponse(parts=[TextPart(text)])
     if "route" in turn:
         return ModelResponse(parts=[TextPart(json.dumps({"route": turn["route"]}))])
     if "call" in turn:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 from typing import Any, Protocol
-from uuid import UUID
+from uuid import UUID, uuid4
 
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
@@ -90,6 +90,54 @@ WITH head AS (UPDATE audit_auditchainhead SET seq = %s, hash = %s WHERE chain = 
 INSERT INTO audit_auditevent (id, org_id, seq, created_at, action, actor_label, actor_user_id, actor_token_id,
                               target_type, target_id, target_label, data, ip, prev_hash, hash)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::inet, %s, %s)
+"""
+
+
+def send_record(*, org_id: UUID | None, actor: AuditActor | None, action: str, target: Any = None,
+                target_label: str = "", data: dict[str, Any] | None = None) -> None:
+    """`record` for a batch of writes (apps.core.db.pipeline): statements that read nothing back, so the
+    event costs no round trip of its own. Postgres appends it to the chain itself: the statement locks the
+    chain head and computes the new hash from it (the same SHA-256 over the same JSON as `event_hash`:
+    Python sends the JSON after the head's two fields). On other databases it is `record`.
+
+    Must run inside the caller's transaction, as `record`; a failure fails the batch."""
+    connection = connections[AuditEvent.objects.db]
+    if connection.vendor != "postgresql":
+        record(org_id=org_id, actor=actor, action=action, target=target, target_label=target_label, data=data)
+        return
+    now = timezone.now()
+    clean = redact(data or {})
+    target_type = target._meta.label_lower if target is not None else ""
+    target_id = str(target.pk) if target is not None else ""
+    actor_label = actor.label if actor else "system"
+    # event_hash's list without its first two items (prev_hash, seq), which the statement puts in front.
+    tail = json.dumps([str(org_id or ""), now.isoformat(), action, actor_label, f"{target_type}:{target_id}", clean],
+                      sort_keys=True, separators=(",", ":"), default=str)[1:]
+    chain = org_id or GLOBAL_CHAIN
+    with connection.cursor() as cursor:
+        cursor.execute(_HEAD_SQL, [chain])
+        cursor.execute(_SEND_RECORD_SQL, [
+            tail, chain, uuid4(), org_id, now, action, actor_label, getattr(actor, "user_id", None),
+            getattr(actor, "token_id", None), target_type, target_id,
+            (target_label or str(target or ""))[:200], json.dumps(clean), getattr(actor, "ip", None)])
+
+
+_HEAD_SQL = "INSERT INTO audit_auditchainhead (chain, seq, hash) VALUES (%s, 0, repeat('0', 64)) " \
+            "ON CONFLICT (chain) DO NOTHING"
+# `old` locks the head and, under that lock, is its latest version: the new seq and hash follow from it and
+# the event keeps its hash as prev_hash (UPDATE ... RETURNING shows only the new values).
+_SEND_RECORD_SQL = """
+WITH head AS (
+    UPDATE audit_auditchainhead h
+    SET seq = old.seq + 1,
+        hash = encode(sha256(convert_to('["' || old.hash || '",' || (old.seq + 1)::text || ',' || %s, 'UTF8')), 'hex')
+    FROM (SELECT chain, seq, hash FROM audit_auditchainhead WHERE chain = %s FOR UPDATE) old
+    WHERE h.chain = old.chain
+    RETURNING h.seq, h.hash, old.hash AS prev_hash
+)
+INSERT INTO audit_auditevent (id, org_id, seq, created_at, action, actor_label, actor_user_id, actor_token_id,
+                              target_type, target_id, target_label, data, ip, prev_hash, hash)
+SELECT %s, %s, head.seq, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::inet, head.prev_hash, head.hash FROM head
 """
 
 

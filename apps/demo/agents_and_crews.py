@@ -28,15 +28,16 @@ AGENTS = [
      "instructions": "Look up the order and say whether it can be refunded (shipped or delivered, not fully refunded).",
      "in_scope": "Reading orders and their status.", "out_of_scope": "Refunds, deleting customers, anything else.",
      "script": [{"call": [LOOK_UP]},
-                {"say": "Order {{input.order_id}} exists and can be refunded.\nSTATUS: done\nREASON: looked it up"}],
+                {"say": "Order {{input.order_id}}, as the order desk has it:\n{{result}}\nSTATUS: done\n"
+                        "REASON: looked it up"}],
      "grants": [{"tool": "orders.get_order_status", "policy": "auto"},
                 {"tool": "orders.list_orders", "policy": "auto"}]},
     {"name": REFUNDS, "role": "refund clerk",
      "instructions": "Refund what the triage found refundable, never more than the order total.",
      "in_scope": "Refunding orders.", "out_of_scope": "Deleting customers or their data.",
      "script": [{"call": [LOOK_UP]}, {"call": [REFUND]},
-                {"say": "Refunded {{input.amount_cents}} cents on {{input.order_id}}.\nSTATUS: done\n"
-                        "REASON: the refund was approved and made"}],
+                {"say": "The refund of order {{input.order_id}}, as the order desk answered it:\n{{result}}\n"
+                        "STATUS: done\nREASON: the refund tool's answer is quoted above"}],
      "grants": [{"tool": "orders.get_order_status", "policy": "auto"},
                 {"tool": "orders.refund_order", "policy": "approve"},
                 {"tool": "orders.delete_customer", "policy": "deny"}]},

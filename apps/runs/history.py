@@ -54,6 +54,7 @@ class RunFilters:
     until: datetime | None = None
     held: bool = False  # has calls held for a person
     findings: bool = False  # has tool results with scanner findings
+    attention: bool = False  # has writes that did not go through (apps/runs/outcome.py)
     q: str = ""  # full text over inputs and output
     sort: str = "newest"
 
@@ -77,6 +78,8 @@ def search_runs(*, org_id: UUID | str, filters: RunFilters) -> QuerySet[Run]:
         runs = runs.filter(Exists(ToolCall.objects.filter(run=OuterRef("pk"), approval__isnull=False)))
     if filters.findings:
         runs = runs.filter(Exists(ToolCall.objects.filter(run=OuterRef("pk")).exclude(findings=[])))
+    if filters.attention:
+        runs = runs.exclude(attention=[])
     if filters.q.strip():
         runs = _text_search(runs, filters.q.strip())
     return runs.order_by(*SORTS.get(filters.sort, SORTS["newest"]))

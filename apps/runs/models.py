@@ -72,6 +72,9 @@ class Run(TenantModel):
     cost_unknown_calls = models.PositiveIntegerField(default=0)  # model calls with no known price
     cancel_requested = models.BooleanField(default=False)
     tainted = models.BooleanField(default=False)  # read untrusted content: every write needs a person
+    # The run's writes that did not go through (apps/runs/outcome.py), set when it finishes: what the system
+    # did, beside what its agents said. [{"tool_call_id", "tool", "state", "reason"}]
+    attention = models.JSONField(default=list, blank=True)
     last_seq = models.PositiveIntegerField(default=0)  # of its events
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -97,6 +100,13 @@ class Run(TenantModel):
     @property
     def is_finished(self) -> bool:
         return self.status in FINISHED
+
+    @property
+    def attention_summary(self) -> str:
+        """e.g. "1 write failed, 1 rejected": the run's `attention`, in a few words ("" when there is none)."""
+        from apps.runs.outcome import summary
+
+        return summary(self.attention or [])
 
 
 class StepKind(models.TextChoices):

@@ -16,8 +16,11 @@ from apps.runs.models import CallState, Run, RunEvent, RunStep, StepKind, ToolCa
 
 def org_runs(*, org_id: UUID | str, status: str | None = None, crew_id: UUID | str | None = None,
              agent_id: UUID | str | None = None, since: datetime | None = None,
-             until: datetime | None = None) -> QuerySet[Run]:
+             until: datetime | None = None, attention: bool | None = None) -> QuerySet[Run]:
+    """`attention`: only runs whose writes did not all go through (True), or only the others (False)."""
     runs = Run.objects.filter(org_id=org_id).defer("snapshot", "state")
+    if attention is not None:
+        runs = runs.exclude(attention=[]) if attention else runs.filter(attention=[])
     if status:
         runs = runs.filter(status=status)
     if crew_id:

@@ -43,6 +43,7 @@ from apps.runs.engine.loop import advance
 from apps.runs.events import _publish as publish_event
 from apps.runs.events import append_event, publish_status
 from apps.runs.models import CallState, Run, RunStatus, ToolCall
+from apps.runs.outcome import writes_not_done
 from apps.runs.store import RunStore, lease_seconds, lock_pending_requests
 from apps.runs.store.notices import ChangeNotices
 
@@ -355,6 +356,9 @@ def resolve_unknown_call(*, actor: Actor, tool_call_id: UUID | str, outcome: str
                      by=actor.label)
         audit.record(org_id=actor.org_id, actor=actor, action="tool_call.resolved", target=row,
                      target_label=row.qualified_name, data={"outcome": outcome, "note": note[:500]})
+        if run.is_finished:  # resolved after the run ended (cancelled while it waited): its attention follows
+            run.attention = writes_not_done(run_id=run.id, tools=run.snapshot.get("tools", {}))
+            run.save(update_fields=["attention", "updated_at"])
         approvals.publish_inbox_count(org_id=actor.org_id)  # one item fewer in the inbox
         _resume_if_ready(run)
     return row

@@ -52,6 +52,7 @@ class RunFilterForm(forms.Form):
     until = forms.DateField(required=False)
     held = forms.BooleanField(required=False)
     findings = forms.BooleanField(required=False)
+    attention = forms.BooleanField(required=False)
     sort = forms.ChoiceField(required=False, choices=[("newest", "Newest"), ("oldest", "Oldest"),
                                                       ("cost", "Cost"), ("tokens", "Tokens"), ("status", "Status")])
     page = forms.IntegerField(required=False, min_value=1)

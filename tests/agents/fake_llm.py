@@ -2,13 +2,14 @@
 
 Each records the requests it got and answers with what the test queued (the Anthropic one
 streams Server-Sent Events when asked to, as pydantic-ai's adapter does for models whose
-default output limit is large).
+default output limit is large). A reply's `after_s` is how long the model takes to answer.
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -29,6 +30,7 @@ class FakeLLM:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 fake.requests.append({"path": self.path, "headers": headers, "body": body})
                 status, reply = fake.replies.pop(0) if fake.replies else (200, {"text": "OK"})
+                time.sleep(reply.get("after_s", 0) if isinstance(reply, dict) else 0)  # a slow model
                 if status != 200:
                     self._send(status, "application/json", json.dumps(reply).encode())
                 elif fake.kind == "openai":

@@ -40,6 +40,8 @@ class RunOut(Schema):
     cost_unknown_calls: int
     tainted: bool
     cancel_requested: bool
+    attention: list[dict[str, Any]]
+    attention_summary: str
 
     @staticmethod
     def resolve_started_by(obj) -> str:
@@ -63,10 +65,10 @@ def start_run(request, crew_id: UUID, payload: RunIn):
 @router.get("", response=list[RunOut])
 @paginate(Pagination)
 def list_runs(request, status: str | None = None, crew: UUID | None = None, agent: UUID | None = None,
-              since: Instant | None = None, until: Instant | None = None):
+              since: Instant | None = None, until: Instant | None = None, attention: bool | None = None):
     request.auth.require("org.view")
     return selectors.org_runs(org_id=request.auth.org_id, status=status, crew_id=crew, agent_id=agent, since=since,
-                              until=until)
+                              until=until, attention=attention)
 
 
 @router.get("/{run_id}", response=RunOut)

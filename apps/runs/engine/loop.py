@@ -82,7 +82,10 @@ def _answer_tool_calls(store: Any, turn: Any, agent: dict[str, Any], messages: l
         reason = f"{held} tool call(s) wait for a person's decision." if held else \
             "A tool call's outcome is unknown: a person must resolve it."
         return "waiting" if store.wait(reason) else "continue"
-    store.save_messages(turn, [*messages, answers(rows)], defer=True)  # written with the next model call
+    # Committed now, with the completions of the calls just made (their state, result and audit row), before
+    # the next model call starts: a worker that dies during that call leaves a write that happened as
+    # `succeeded`, not `dispatched` (which a resume would have to make `unknown` for a person).
+    store.save_messages(turn, [*messages, answers(rows)])
     return "continue"
 
 

@@ -177,7 +177,7 @@ def dispatch(store: Any, *, agent: dict[str, Any], row: Any, decided: Decided | 
     if decided is not None and decided.by_policy_now:
         early = early_read(store, tool=tool, row=row, arguments=row.effective_arguments)
         if store.dispatch_call(row, expect=expect, sent=early.start if early else None, **before):
-            _dispatched(store, tool=tool, row=row, arguments=row.effective_arguments, early=early)
+            _dispatched(store, agent=agent, tool=tool, row=row, arguments=row.effective_arguments, early=early)
         return
     grant = next((g for g in agent.get("grants", []) if g["tool"] == row.qualified_name), None)
     arguments = row.effective_arguments
@@ -198,7 +198,7 @@ def dispatch(store: Any, *, agent: dict[str, Any], row: Any, decided: Decided | 
                        event_data={"decision": "deny", "state": "denied", "reason": reason, "at": "dispatch"})
         return
     if store.dispatch_call(row, expect=expect, **before):
-        _dispatched(store, tool=tool, row=row, arguments=arguments)
+        _dispatched(store, agent=agent, tool=tool, row=row, arguments=arguments)
 
 
 class EarlyRead:
@@ -237,9 +237,10 @@ def early_read(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: 
     return EarlyRead(spec, tool["name"], arguments)
 
 
-def _dispatched(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any],
-                early: EarlyRead | None = None) -> None:
-    """The call, once `dispatched` is committed (or, for an early read, as it was), and its outcome."""
+def _dispatched(store: Any, *, agent: dict[str, Any], tool: dict[str, Any] | None, row: Any,
+                arguments: dict[str, Any], early: EarlyRead | None = None) -> None:
+    """The call, once `dispatched` is committed (or, for an early read, as it was), and its outcome with its
+    audit row (committed before the next model call: apps.runs.engine.loop)."""
     if early is None or early.pending is None:
         store.renew_lease()
     outcome = _call(store, tool=tool, row=row, arguments=arguments,
@@ -248,14 +249,17 @@ def _dispatched(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments:
     # out during the call and another one took the run over (and made the row `unknown`). A deferred
     # completion raises LeaseLost when it is written (RunStore.atomic).
     if outcome is None:  # a write that timed out: it may have happened
-        if not store.set_call(row, expect=CallState.DISPATCHED, state=CallState.UNKNOWN, error_class="transient",
-                              error="No answer in time; the call may or may not have happened. A person must "
-                                    "check.", event="tool.unknown"):
-            raise LeaseLost(store.run_id)
+        with store.atomic():
+            if not store.set_call(row, expect=CallState.DISPATCHED, state=CallState.UNKNOWN, error_class="transient",
+                                  error="No answer in time; the call may or may not have happened. A person must "
+                                        "check.", event="tool.unknown"):
+                raise LeaseLost(store.run_id)
+            store.audit_call(row, agent=agent, tool=tool)
         return
     result, error = outcome
     if result is None:
         store.complete_call(row, state=CallState.FAILED, result=None, error=error, error_class="transient", defer=True)
+        store.audit_call(row, agent=agent, tool=tool)
         return
     payload = result_payload(result)
     scanned = scannable_text(payload)
@@ -264,6 +268,7 @@ def _dispatched(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments:
     store.complete_call(row, state=CallState.FAILED if result.is_error else CallState.SUCCEEDED, result=payload,
                         error=payload["text"] if result.is_error else "",  # redacted, then cut, by the store
                         error_class="business" if result.is_error else "", findings=findings, defer=True)
+    store.audit_call(row, agent=agent, tool=tool)
     if findings:
         store.event("tool.finding", tool_call_id=str(row.id), tool=row.qualified_name,
                     findings=[{"code": f["code"], "severity": f["severity"], "message": f["message"]}

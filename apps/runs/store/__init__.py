@@ -38,6 +38,7 @@ from apps.notifications.services import notify
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.events import Totals, publish_status, send_events
 from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolCall
+from apps.runs.outcome import writes_not_done
 from apps.runs.store.ledger import Ledger
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
@@ -110,13 +111,12 @@ class RunStore(Ledger):
         last one are written, in order, before its first statement, or, when it makes none (the usual tool
         step), first in that batch, which then carries its BEGIN too: one round trip for it all.
 
-        What is deferred, and why that is safe: a tool call's completion and the answer that carries its
-        result to the model, and a model call that asked for tools. They are written by the next store
-        transaction, which is the one that decides that model call's first tool call (and commits its
-        `dispatched` before the call leaves): a tool step costs one commit, not three. Nothing leaves the
-        worker in between (the tool call itself waits for that commit). A worker that dies in between
-        leaves the last tool call `dispatched`, read as `unknown` on resume: the same as dying before
-        its result was stored; a model call not yet recorded is made again."""
+        What is deferred, and why that is safe: a model call that asked for tools, written by the next
+        store transaction, the one that decides its first tool call (and commits its `dispatched` before the
+        call leaves); a tool call's completion and its audit row, written by the transaction that saves the
+        answer carrying its result to the model (the engine commits it before the next model call) or by the
+        next call's `dispatched`. Nothing leaves the worker in between. A worker that dies during the next
+        model call leaves the completed calls committed; a model call not yet recorded is made again."""
         outer, mark = self._depth == 0, len(self._events)
         # No savepoint when nested: nothing here catches an error to carry on, and a SAVEPOINT and its
         # RELEASE are two round trips each (bench/run.py counted ~8 per step before).
@@ -264,7 +264,9 @@ class RunStore(Ledger):
 
     def finish(self, status: str, *, output: str = "", error: str = "", error_class: str = "") -> None:
         """Ends the run; pending approvals of this run expire (nothing will execute them). `error` may quote
-        a provider or a server: it is redacted before it reaches the row, the event and the notification."""
+        a provider or a server: it is redacted before it reaches the row, the event and the notification. Its
+        writes that did not go through are its `attention` (apps/runs/outcome.py), in its `run.finished` event
+        and webhook."""
         error = self.redact_outside(error)
         with self.atomic():
             pending = lock_pending_requests(self.run_id)  # before the run: the order decide_approval locks in
@@ -275,16 +277,19 @@ class RunStore(Ledger):
                 raise LeaseLost(self.run_id)
             run.status, run.output, run.error, run.error_class = status, output, error[:4000], error_class
             run.finished_at, run.lease_owner, run.lease_expires_at = timezone.now(), "", None
+            run.attention = writes_not_done(run_id=run.id, tools=run.snapshot.get("tools", {}))
             run.save(update_fields=["status", "output", "error", "error_class", "finished_at", "lease_owner",
-                                    "lease_expires_at", "updated_at"])
+                                    "lease_expires_at", "attention", "updated_at"])
             for request in pending:
                 approvals.expire_request(request=request)
-            self.event("run.finished", status=status, error=error[:500], error_class=error_class)
+            self.event("run.finished", status=status, error=error[:500], error_class=error_class,
+                       attention=run.attention_summary)
             publish_status(run)
             notify(org_id=run.org_id, event="run.finished",
                    payload={"run_id": str(run.id), "crew": run.crew_name, "status": status, "error": error[:500],
                             "error_class": error_class, "output": output[:2000],
-                            "cost_usd": None if run.cost_usd is None else str(run.cost_usd)})
+                            "cost_usd": None if run.cost_usd is None else str(run.cost_usd),
+                            "attention": run.attention, "attention_summary": run.attention_summary})
         self.run = run
 
     def wait(self, reason: str) -> bool:
@@ -385,8 +390,7 @@ class RunStore(Ledger):
 
     def save_messages(self, turn: RunStep, messages: list[ModelMessage], *, defer: bool = False,
                       **state: Any) -> None:
-        """`defer`: written with the store's next transaction (see `atomic`); the engine's answer to a
-        model call's tool calls, which the next model call's record follows anyway."""
+        """`defer`: written with the store's next transaction (see `atomic`)."""
         if defer and not state:
             self._save_messages(turn, messages)
             return

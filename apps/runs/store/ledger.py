@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +22,18 @@ from apps.core.rows import fetch
 from apps.registry.models import Tool
 from apps.runs.models import CallState, RunStep, ToolCall
 from apps.runs.store.reads import APPROVAL_TTL, completion_update, last_calls_read, live_tool_read
+
+AUDIT_ARGUMENTS_CAP = 4000  # characters of a call's arguments kept in its audit row (its args_hash is whole)
+
+
+@dataclass(frozen=True)
+class AgentActor:
+    """Who acts in an engine tool call's audit row: the agent (apps.audit.services.AuditActor)."""
+
+    label: str
+    user_id: int | None = None
+    token_id: None = None
+    ip: None = None
 
 
 class Ledger:
@@ -83,6 +97,28 @@ class Ledger:
                          target_label=row.qualified_name,
                          data={"run_id": self.run_id, "crew": self.run.crew_name, "rule": row.rule,
                                "reason": row.reason[:500], "args_hash": row.args_hash})
+
+    def audit_call(self, row: ToolCall, *, agent: dict[str, Any], tool: dict[str, Any] | None) -> None:
+        """The audit row of a call the engine made, as its outcome is written: the agent, the credential it
+        ran with (its MCP server's), the tool, the arguments sent (redacted by audit), the result's state.
+        Written with the store's transaction in progress, else with its next one: it only sends statements
+        (apps.audit.services.send_record), so it adds no round trip and no commit to a tool step."""
+        arguments = row.effective_arguments
+        text = json.dumps(arguments, ensure_ascii=False, default=str)
+        kept = arguments if len(text) <= AUDIT_ARGUMENTS_CAP else {"truncated": text[:AUDIT_ARGUMENTS_CAP]}
+        data = {"run_id": self.run_id, "crew": self.run.crew_name, "agent_id": str(agent.get("id", "")),
+                "principal": f"mcp_server:{(tool or {}).get('server', '')}", "tool": row.qualified_name,
+                "arguments": kept, "args_hash": row.args_hash, "state": row.state, "error_class": row.error_class,
+                "approval_id": str(row.approval_id) if row.approval_id else None}
+
+        def write() -> None:
+            audit.send_record(org_id=self.run.org_id, actor=AgentActor(f"agent:{agent.get('name', '')}"),
+                              action="run.tool_call", target=row, target_label=row.qualified_name, data=data)
+
+        if self._depth:
+            write()
+        else:
+            self._deferred.append(write)
 
     def decide_call(self, row: ToolCall, *, state: str, decision: str, rule: str, reason: str,
                     error_class: str = "") -> None:

@@ -32,7 +32,7 @@ def run_filters(form: RunFilterForm) -> history.RunFilters:
     return history.RunFilters(
         crew_id=data.get("crew"), agent_id=data.get("agent"), status=data.get("status"),
         started_by=data.get("started_by"), q=data.get("q", ""), sort=data.get("sort") or "newest",
-        held=bool(data.get("held")), findings=bool(data.get("findings")),
+        held=bool(data.get("held")), findings=bool(data.get("findings")), attention=bool(data.get("attention")),
         since=datetime(since.year, since.month, since.day, tzinfo=UTC) if since else None,
         until=datetime(until.year, until.month, until.day, tzinfo=UTC) + timedelta(days=1) if until else None)
 
