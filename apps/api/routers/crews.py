@@ -48,6 +48,7 @@ class CrewOut(Schema):
     budget_usd: Decimal | None
     approvals_required: int
     approval_ttl_hours: int
+    separation_of_duties: bool
     enabled: bool
     version: int
     created_at: datetime
@@ -83,6 +84,8 @@ class CrewIn(Schema):
     budget_usd: Decimal | None = None
     approvals_required: int = 1
     approval_ttl_hours: int = 24
+    separation_of_duties: bool = Field(False, description="The person who started a run may not approve its "
+                                                          "held calls.")
 
 
 class CrewPatch(Schema):
@@ -101,6 +104,7 @@ class CrewPatch(Schema):
     budget_usd: Decimal | None = None
     approvals_required: int | None = None
     approval_ttl_hours: int | None = None
+    separation_of_duties: bool | None = None
     enabled: bool | None = None
 
 

@@ -16,9 +16,15 @@ class TokenOut(Schema):
     name: str
     role: str
     prefix: str
+    member: str | None = Field(None, description="The email of the member who holds the token (null: they left; "
+                                                 "the token no longer works).")
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
+
+    @staticmethod
+    def resolve_member(obj) -> str | None:
+        return obj.member.user.email if obj.member_id else None
 
 
 class TokenIn(Schema):
