@@ -17,9 +17,13 @@ from apps.core.errors import Conflict, DomainError, NotFound, PermissionDenied, 
 STATUS = {NotFound: 404, PermissionDenied: 403, Conflict: 409, ValidationFailed: 422}
 
 
+_SOURCES = ("body", "query", "path", "header", "payload", "data", "filters")
+
+
 def _field(loc: list) -> str:
-    # ("body", "payload", "email") -> "email"; ("query", "limit") -> "limit"
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header", "payload", "data")]
+    # ("body", "payload", "email") -> "email"; ("query", "filters", "since", "function-after[...]") -> "since":
+    # the names of a union's branches are pydantic's, not the client's.
+    parts = [str(p) for p in loc if p not in _SOURCES and not (isinstance(p, str) and "[" in p)]
     return ".".join(parts) or "body"
 
 
@@ -34,8 +38,11 @@ def install(api: NinjaAPI) -> None:
 
     @api.exception_handler(ValidationError)
     def validation_error(request, exc: ValidationError):
-        errors = [{"field": _field(list(e.get("loc", []))), "message": e.get("msg", "Invalid value.")}
-                  for e in exc.errors]
+        errors = []
+        for e in exc.errors:
+            error = {"field": _field(list(e.get("loc", []))), "message": e.get("msg", "Invalid value.")}
+            if error not in errors:  # each branch of a union says the same about one field
+                errors.append(error)
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or "Invalid request."
         return api.create_response(request, {"detail": detail, "errors": errors}, status=422)
 

@@ -6,27 +6,28 @@ from uuid import UUID
 from ninja import Field, Router, Schema, Status
 from ninja.pagination import paginate
 
+from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.crews import selectors, services
 
 router = Router(tags=["crews"])
 
 
-class TaskSchema(Schema):
+class TaskSchema(Body):
     name: str
     description: str
     agent_id: UUID | None = None
     context: list[str] = Field([], description="Names of earlier tasks whose outputs this task receives")
 
 
-class InputSchema(Schema):
+class InputSchema(Body):
     name: str
     type: Literal["string", "integer", "number", "boolean"] = "string"
     required: bool = True
     description: str = ""
 
 
-class RoutingRule(Schema):
+class RoutingRule(Body):
     contains: str = Field(..., description="Text that, when found in the request, routes to `route`")
     route: str = Field(..., description="A member agent's name, or FINISH")
 
@@ -68,7 +69,7 @@ class CrewOut(Schema):
                 for t in obj.tasks.all()]
 
 
-class CrewIn(Schema):
+class CrewIn(Body):
     name: str = Field(..., min_length=1, max_length=100)
     description: str = ""
     process: Literal["sequential", "supervisor"] = "sequential"
@@ -88,7 +89,7 @@ class CrewIn(Schema):
                                                           "held calls.")
 
 
-class CrewPatch(Schema):
+class CrewPatch(Body):
     name: str | None = None
     description: str | None = None
     process: Literal["sequential", "supervisor"] | None = None

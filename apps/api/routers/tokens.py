@@ -6,6 +6,7 @@ from ninja import Field, Router, Schema, Status
 from ninja.pagination import paginate
 
 from apps.accounts import selectors, services
+from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 
 router = Router(tags=["tokens"])
@@ -27,7 +28,7 @@ class TokenOut(Schema):
         return obj.member.user.email if obj.member_id else None
 
 
-class TokenIn(Schema):
+class TokenIn(Body):
     name: str = Field(..., min_length=1, max_length=100)
     role: Literal["admin", "builder", "approver", "viewer"]
 
