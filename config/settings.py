@@ -209,6 +209,10 @@ CACHES = {"default": (
     {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
      "KEY_PREFIX": f"{os.environ.get('AIRLOCK_CHANNEL_PREFIX', 'airlock')}:cache"}
     if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"})}
+# API tokens that fail: this many within the window lock their address (and their prefix) out.
+AIRLOCK_API_TOKEN_FAILURES = int(os.environ.get("AIRLOCK_API_TOKEN_FAILURES", "10"))
+AIRLOCK_API_TOKEN_WINDOW_S = int(os.environ.get("AIRLOCK_API_TOKEN_WINDOW_S", "600"))
+AIRLOCK_API_TOKEN_LOCKOUT_S = int(os.environ.get("AIRLOCK_API_TOKEN_LOCKOUT_S", "900"))
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 

@@ -11,6 +11,7 @@ from django.http import Http404
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from apps.api.lockout import LockedOut
 from apps.api.parsing import UNSTORABLE
 from apps.core.errors import Conflict, DomainError, NotFound, PermissionDenied, ValidationFailed
 
@@ -45,6 +46,15 @@ def install(api: NinjaAPI) -> None:
                 errors.append(error)
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or "Invalid request."
         return api.create_response(request, {"detail": detail, "errors": errors}, status=422)
+
+    @api.exception_handler(LockedOut)
+    def locked_out(request, exc: LockedOut):
+        source = "this address" if exc.by == "address" else "tokens with this prefix"
+        response = api.create_response(
+            request, {"detail": f"Too many failed API tokens from {source}: try again in {exc.retry_after} s.",
+                      "retry_after": exc.retry_after}, status=429)
+        response["Retry-After"] = str(exc.retry_after)
+        return response
 
     @api.exception_handler(AuthenticationError)
     def unauthenticated(request, exc):

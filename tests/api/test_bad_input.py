@@ -6,8 +6,6 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from apps.api.api import api
-from apps.api.bodies import Body
 from tests.factories import token_for
 
 
@@ -81,6 +79,9 @@ def test_a_nested_object_given_an_array_is_refused(admin):
 
 def test_every_request_body_is_checked_as_json():
     """The class, not the cases: each operation's body schema (and each schema inside it) is a Body."""
+    from apps.api.api import api
+    from apps.api.bodies import Body
+
     unchecked = []
     for router_prefix, router in api._routers:
         for path, view in router.path_operations.items():
