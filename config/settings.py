@@ -217,6 +217,16 @@ CELERY_BROKER_TRANSPORT_OPTIONS = (
 if not REDIS_URL:
     for folder in ("queue", "processed", "control"):
         (BROKER_DIR / folder).mkdir(parents=True, exist_ok=True)
+# The shared short-lived state of the API (Idempotency-Key answers, failed-token counters): Redis
+# when configured, so every web process sees it; this process's memory when embedded (one process).
+CACHES = {"default": (
+    {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
+     "KEY_PREFIX": f"{os.environ.get('AIRLOCK_CHANNEL_PREFIX', 'airlock')}:cache"}
+    if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"})}
+# API tokens that fail: this many within the window lock their address (and their prefix) out.
+AIRLOCK_API_TOKEN_FAILURES = int(os.environ.get("AIRLOCK_API_TOKEN_FAILURES", "10"))
+AIRLOCK_API_TOKEN_WINDOW_S = int(os.environ.get("AIRLOCK_API_TOKEN_WINDOW_S", "600"))
+AIRLOCK_API_TOKEN_LOCKOUT_S = int(os.environ.get("AIRLOCK_API_TOKEN_LOCKOUT_S", "900"))
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)
 

@@ -15,6 +15,8 @@ os.environ.setdefault("AIRLOCK_ENCRYPTION_KEY", "aP4XjMozeMei1iJ0WDWY_CRpsi7-AQe
 os.environ.setdefault("AIRLOCK_VAR_DIR", str(Path(__file__).resolve().parent.parent / "var" / "test" / RUN_ID))
 os.environ.setdefault("AIRLOCK_EGRESS_ALLOW_PRIVATE", "1")
 os.environ.setdefault("AIRLOCK_CHANNEL_PREFIX", f"airlock-{RUN_ID}")
+# Tests send many wrong tokens from one address in one session; the lockout tests set their own limit.
+os.environ.setdefault("AIRLOCK_API_TOKEN_FAILURES", "100000")
 # Playwright's sync API runs an event loop in the test thread; fixtures still use the ORM there.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 

@@ -38,6 +38,8 @@ def add_member(org: Organization, role: str, email: str | None = None) -> Member
     return Membership.objects.select_related("user", "org").get(pk=membership.pk)
 
 
-def token_for(org: Organization, role: str = Role.ADMIN, name: str = "test") -> str:
-    _, raw = services.create_api_token(actor=None, org_id=org.id, name=name, role=role)
+def token_for(org: Organization, role: str = Role.ADMIN, name: str = "test", member: Membership | None = None) -> str:
+    """A token held by `member` (default: the organisation's owner)."""
+    _, raw = services.create_api_token(actor=None, org_id=org.id, name=name, role=role,
+                                       member_email=member.user.email if member else None)
     return raw

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from uuid import UUID
 
-from apps.accounts.roles import allows
+from apps.accounts.roles import allows, token_role
 from apps.core.errors import PermissionDenied
 
 
@@ -32,7 +32,12 @@ def member_actor(membership, *, ip: str | None = None) -> Actor:
 
 
 def token_actor(token, *, ip: str | None = None) -> Actor:
-    return Actor(org_id=token.org_id, role=token.role, label=f"token:{token.name}", token_id=token.id, ip=ip)
+    """The token's member acting through it: that person (votes count them once, whichever token
+    or session they use) with the lesser of the token's role and the member's current one."""
+    member = token.member
+    return Actor(org_id=token.org_id, role=token_role(token_role=token.role, member_role=member.role),
+                 label=f"token:{token.name} ({member.user.email})", user_id=member.user_id, token_id=token.id,
+                 ip=ip)
 
 
 def system_actor(org_id: UUID, label: str = "system") -> Actor:

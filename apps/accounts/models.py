@@ -28,10 +28,16 @@ class Membership(PublicModel):
 
 
 class ApiToken(TenantModel):
-    """A bearer token for scripts. Only its SHA-256 is stored; the value is shown once."""
+    """A bearer token for scripts, held by one member. Only its SHA-256 is stored; the value is shown once.
+
+    A token acts as its member: votes count that person, and it never does more than the member's
+    current role allows. A token whose member left the organisation (`member` null) stops working.
+    """
 
     name = models.CharField(max_length=100)
     role = models.CharField(max_length=20, choices=Role.choices)
+    member = models.ForeignKey(Membership, null=True, blank=True, on_delete=models.SET_NULL,
+                               related_name="api_tokens")
     prefix = models.CharField(max_length=16)
     token_hash = models.CharField(max_length=64, unique=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
@@ -44,7 +50,7 @@ class ApiToken(TenantModel):
 
     @property
     def is_active(self) -> bool:
-        return self.revoked_at is None
+        return self.revoked_at is None and self.member_id is not None
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"

@@ -42,3 +42,21 @@ RANK = {Role.VIEWER: 0, Role.APPROVER: 1, Role.BUILDER: 1, Role.ADMIN: 2, Role.O
 
 def allows(role: str, permission: str) -> bool:
     return role in PERMISSIONS[permission]
+
+
+def _permissions_of(role: str) -> frozenset[str]:
+    return frozenset(p for p, roles in PERMISSIONS.items() if role in roles)
+
+
+def token_role(*, token_role: str, member_role: str) -> str:
+    """The role a token acts with: its own, but never more than its member may do now.
+
+    Builder and approver allow different things; a token of one held by a member of the other
+    may do only what both allow, which is what a viewer may do.
+    """
+    token, member = _permissions_of(token_role), _permissions_of(member_role)
+    if token <= member:
+        return token_role
+    if member <= token:
+        return member_role
+    return Role.VIEWER

@@ -42,7 +42,7 @@ def get_member(*, org_id: UUID, member_id: UUID | str) -> Membership:
 
 
 def org_tokens(*, org_id: UUID, include_revoked: bool = True) -> QuerySet[ApiToken]:
-    tokens = ApiToken.objects.filter(org_id=org_id).select_related("created_by")
+    tokens = ApiToken.objects.filter(org_id=org_id).select_related("created_by", "member__user")
     if not include_revoked:
         tokens = tokens.filter(revoked_at__isnull=True)
     return tokens.order_by("revoked_at", "-created_at")
@@ -56,13 +56,26 @@ def get_token(*, org_id: UUID, token_id: UUID | str) -> ApiToken:
 
 
 def active_token_for(raw: str) -> ApiToken | None:
-    """The unrevoked token with this value, or None (unknown, revoked, malformed look alike)."""
+    """The working token with this value, or None (unknown, revoked, malformed, or its member
+    gone from the organisation look alike)."""
     if not raw or len(raw) > 200:
         return None
-    token = ApiToken.objects.select_related("org").filter(token_hash=hash_token(raw)).first()
-    if token is None or token.revoked_at is not None:
+    token = (ApiToken.objects.select_related("org", "member__user")
+             .filter(token_hash=hash_token(raw)).first())
+    if token is None or not token.is_active:
         return None
     return token
+
+
+def token_holder(*, org_id: UUID, email: str | None = None) -> Membership:
+    """The member a token made by an operator belongs to: the one with this email, else the
+    organisation's earliest owner."""
+    members = Membership.objects.filter(org_id=org_id).select_related("user")
+    member = (members.filter(user__username=normalize_email(email)).first() if email
+              else members.filter(role="owner").order_by("created_at").first())
+    if member is None:
+        raise NotFound(f"No member {email!r} in this organisation." if email else "The organisation has no owner.")
+    return member
 
 
 def get_org(*, org_id: UUID) -> Organization:

@@ -16,7 +16,7 @@ from django.utils.text import slugify
 from apps.accounts import selectors
 from apps.accounts.actors import Actor, system_actor
 from apps.accounts.models import ApiToken, Membership, Organization
-from apps.accounts.roles import RANK, TOKEN_ROLES, Role
+from apps.accounts.roles import RANK, TOKEN_ROLES, Role, token_role
 from apps.audit import services as audit
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
 
@@ -211,26 +211,39 @@ def remove_member(*, actor: Actor, member_id: UUID | str) -> None:
 
 
 def create_api_token(*, actor: Actor | None, org_id: UUID, name: str, role: str,
-                     created_by_id: int | None = None) -> tuple[ApiToken, str]:
-    """Creates a token and returns it with its value (shown once; only the hash is stored).
+                     member_email: str | None = None) -> tuple[ApiToken, str]:
+    """Creates a token held by a member and returns it with its value (shown once; only the hash is stored).
 
-    `actor=None` is the operator path (manage.py create_token). Raises PermissionDenied, ValidationFailed.
+    A person's token is theirs (the actor's membership). `actor=None` is the operator path
+    (manage.py create_token): the token belongs to the member with `member_email`, else the
+    organisation's earliest owner. Raises PermissionDenied, ValidationFailed, NotFound (no such member).
     """
     if actor is not None:
         actor.require("tokens.manage")
-        created_by_id = actor.user_id
+        if actor.user_id is None:
+            raise PermissionDenied("Only a member can hold a token.")
+        member = selectors.membership_for(user_id=actor.user_id, org_id=org_id)
+        if member is None:
+            raise PermissionDenied("Only a member can hold a token.")
+    else:
+        member = selectors.token_holder(org_id=org_id, email=member_email)
     name = name.strip()
     if not name:
         raise ValidationFailed("Give the token a name.", {"name": "This field is required."})
     role = _clean_role(role, allowed=list(TOKEN_ROLES))
     if actor is not None and RANK[role] > RANK[Role(actor.role)]:
         raise PermissionDenied("You cannot create a token with a role above your own.")
+    if token_role(token_role=role, member_role=member.role) != role:
+        message = f"{member.user.email} is {member.role}: their token cannot be {role}."
+        raise ValidationFailed(message, {"role": message})
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
     with transaction.atomic():
         token = ApiToken.objects.create(org_id=org_id, name=name[:100], role=role, prefix=raw[:10],
-                                        token_hash=selectors.hash_token(raw), created_by_id=created_by_id)
+                                        token_hash=selectors.hash_token(raw), member=member,
+                                        created_by_id=actor.user_id if actor is not None else None)
         audit.record(org_id=org_id, actor=actor or system_actor(org_id, "operator"), action="token.created",
-                     target=token, target_label=token.name, data={"name": token.name, "role": role})
+                     target=token, target_label=token.name,
+                     data={"name": token.name, "role": role, "member": member.user.email})
     return token, raw
 
 

@@ -6,6 +6,7 @@ from ninja import NinjaAPI
 
 from apps.api import errors
 from apps.api.auth import API_AUTH
+from apps.api.openapi import document_errors
 from apps.api.parsing import StrictParser
 from apps.api.routers import (
     agents,
@@ -26,7 +27,13 @@ from apps.api.routers import (
     webhooks,
 )
 
-api = NinjaAPI(
+
+class AirlockAPI(NinjaAPI):
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        return document_errors(super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params))
+
+
+api = AirlockAPI(
     title="Airlock API",
     version="1",
     description="Control plane for teams of LLM agents. Authenticate with `Authorization: Bearer <token>`.",

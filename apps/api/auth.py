@@ -10,6 +10,7 @@ from ninja.security import HttpBearer, SessionAuth
 
 from apps.accounts import selectors, services
 from apps.accounts.actors import Actor, member_actor, token_actor
+from apps.api import lockout
 
 
 def client_ip(request: HttpRequest) -> str | None:
@@ -18,8 +19,13 @@ def client_ip(request: HttpRequest) -> str | None:
 
 class BearerTokenAuth(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str) -> Actor | None:
+        """The token's member, or None (401). Raises lockout.LockedOut (429) while the address or the
+        token's prefix is locked out after too many failed tokens."""
+        ip = client_ip(request)
+        lockout.check(ip=ip, token=token, token_prefix=services.TOKEN_PREFIX)
         api_token = selectors.active_token_for(token)
         if api_token is None:
+            lockout.note_failure(ip=ip, token=token, token_prefix=services.TOKEN_PREFIX)
             return None
         services.note_token_used(token=api_token)
         return token_actor(api_token, ip=client_ip(request))

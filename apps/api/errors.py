@@ -11,15 +11,20 @@ from django.http import Http404
 from ninja import NinjaAPI
 from ninja.errors import AuthenticationError, HttpError, ValidationError
 
+from apps.api.lockout import LockedOut
 from apps.api.parsing import UNSTORABLE
 from apps.core.errors import Conflict, DomainError, NotFound, PermissionDenied, ValidationFailed
 
 STATUS = {NotFound: 404, PermissionDenied: 403, Conflict: 409, ValidationFailed: 422}
 
 
+_SOURCES = ("body", "query", "path", "header", "payload", "data", "filters")
+
+
 def _field(loc: list) -> str:
-    # ("body", "payload", "email") -> "email"; ("query", "limit") -> "limit"
-    parts = [str(p) for p in loc if p not in ("body", "query", "path", "header", "payload", "data")]
+    # ("body", "payload", "email") -> "email"; ("query", "filters", "since", "function-after[...]") -> "since":
+    # the names of a union's branches are pydantic's, not the client's.
+    parts = [str(p) for p in loc if p not in _SOURCES and not (isinstance(p, str) and "[" in p)]
     return ".".join(parts) or "body"
 
 
@@ -34,10 +39,22 @@ def install(api: NinjaAPI) -> None:
 
     @api.exception_handler(ValidationError)
     def validation_error(request, exc: ValidationError):
-        errors = [{"field": _field(list(e.get("loc", []))), "message": e.get("msg", "Invalid value.")}
-                  for e in exc.errors]
+        errors = []
+        for e in exc.errors:
+            error = {"field": _field(list(e.get("loc", []))), "message": e.get("msg", "Invalid value.")}
+            if error not in errors:  # each branch of a union says the same about one field
+                errors.append(error)
         detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or "Invalid request."
         return api.create_response(request, {"detail": detail, "errors": errors}, status=422)
+
+    @api.exception_handler(LockedOut)
+    def locked_out(request, exc: LockedOut):
+        source = "this address" if exc.by == "address" else "tokens with this prefix"
+        response = api.create_response(
+            request, {"detail": f"Too many failed API tokens from {source}: try again in {exc.retry_after} s.",
+                      "retry_after": exc.retry_after}, status=429)
+        response["Retry-After"] = str(exc.retry_after)
+        return response
 
     @api.exception_handler(AuthenticationError)
     def unauthenticated(request, exc):

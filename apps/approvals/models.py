@@ -56,6 +56,8 @@ class ApprovalRequest(TenantModel):
     comment = models.TextField(blank=True)
     requested_by_user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
                                           blank=True, related_name="+")  # who started the run
+    # The crew's separation of duties, as the run's snapshot had it: the starter may not approve.
+    separation_of_duties = models.BooleanField(default=False)
 
     class Meta:
         indexes = [

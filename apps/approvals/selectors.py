@@ -57,3 +57,15 @@ def inbox_count(*, org_id: UUID | str) -> int:
 
 def run_approvals(*, run_id: UUID | str) -> QuerySet[ApprovalRequest]:
     return ApprovalRequest.objects.filter(run_id=run_id).order_by("created_at")
+
+
+def starter_refusal(request: ApprovalRequest, *, user_id: int | None) -> str:
+    """Why this person may not approve the request (empty: they may): the person who started the run
+    never approves its dangerous calls, nor any of its calls when the crew separates duties."""
+    if user_id is None or user_id != request.requested_by_user_id:
+        return ""
+    if request.risk == "dangerous":
+        return "You started this run, and the tool is dangerous: someone else must approve it."
+    if request.separation_of_duties:
+        return "You started this run, and its crew separates duties: someone else must approve its calls."
+    return ""

@@ -27,13 +27,15 @@ def open_request(*, org_id: UUID | str, run_id: UUID | str | None, tool_call_id:
                  agent_id: UUID | str | None, tool_id: UUID | str | None, title: str, arguments: dict[str, Any],
                  args_hash: str, definition_hash: str, risk: str, reason: str, rule: str,
                  context: dict[str, Any], expires_at: datetime | None, requested_by_user_id: int | None,
-                 required_approvals: int = 1, kind: str = ApprovalKind.TOOL_CALL) -> ApprovalRequest:
+                 required_approvals: int = 1, kind: str = ApprovalKind.TOOL_CALL,
+                 separation_of_duties: bool = False) -> ApprovalRequest:
     """A pending request in the inbox. Publishes the new inbox count after commit."""
     request = ApprovalRequest.objects.create(
         org_id=org_id, kind=kind, run_id=run_id, tool_call_id=tool_call_id, agent_id=agent_id, tool_id=tool_id,
         title=title[:300], arguments=arguments, args_hash=args_hash, definition_hash=definition_hash, risk=risk,
         reason=reason[:500], rule=rule[:40], context=context, expires_at=expires_at,
-        requested_by_user_id=requested_by_user_id, required_approvals=max(1, required_approvals))
+        requested_by_user_id=requested_by_user_id, required_approvals=max(1, required_approvals),
+        separation_of_duties=separation_of_duties)
     publish_inbox_count(org_id=org_id)
     publish_item(request)
     notify(org_id=org_id, event="approval.requested", payload=notification_payload(request))
@@ -82,21 +84,25 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
     ValidationFailed (bad decision, bad standing choice).
     """
     actor.require("approvals.decide")
+    if actor.user_id is None:
+        # Votes count people: an actor that is no one (the system, an operator script) cannot be one.
+        raise PermissionDenied("Only a member can vote on an approval request.")
     if decision not in VoteDecision.values:
         raise ValidationFailed("Choose approve or reject.", {"decision": "Choose approve or reject."})
     if request.status != ApprovalStatus.PENDING:
         raise Conflict(already_decided(request))
-    if (decision == VoteDecision.APPROVE and request.risk == "dangerous" and actor.user_id is not None
-            and actor.user_id == request.requested_by_user_id):
-        raise PermissionDenied("You started this run, and the tool is dangerous: someone else must approve it.")
+    if decision == VoteDecision.APPROVE:
+        refusal = selectors.starter_refusal(request, user_id=actor.user_id)
+        if refusal:
+            raise PermissionDenied(refusal)
     chosen = standing.clean_standing(request, standing_choice) if decision == VoteDecision.APPROVE else None
     # The votes so far, read once under the request's lock (no other vote on it can commit meanwhile):
-    # whether this person already voted, and the counts after this vote. A pending request that needs one
-    # approval has none (its first vote decides it), so the usual decision skips the read.
-    cast = (list(request.votes.values_list("user_id", "actor_label", "decision"))
+    # whether this person already voted (by any token or session: a vote is the member's), and the
+    # counts after this vote. A pending request that needs one approval has none (its first vote
+    # decides it), so the usual decision skips the read.
+    cast = (list(request.votes.values_list("user_id", "decision"))
             if request.required_approvals > 1 else [])
-    if any(label == actor.label or (actor.user_id is not None and user_id == actor.user_id)
-           for user_id, label, _ in cast):
+    if any(user_id == actor.user_id for user_id, _ in cast):
         raise Conflict("You already voted on this request.")
     try:
         # No savepoint: an IntegrityError here (approval_vote_once) ends the caller's transaction, which
@@ -106,7 +112,7 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
                                     arguments=arguments)
     except IntegrityError:
         raise Conflict("You already voted on this request.") from None
-    approvals = sum(1 for *_, d in cast if d == VoteDecision.APPROVE) + (decision == VoteDecision.APPROVE)
+    approvals = sum(1 for _, d in cast if d == VoteDecision.APPROVE) + (decision == VoteDecision.APPROVE)
     request.votes_cast = len(cast) + 1
     fields = ["comment", "updated_at"]
     request.comment = "\n".join(c for c in (request.comment, comment) if c)

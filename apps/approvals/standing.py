@@ -28,10 +28,16 @@ MAX_HOURS = 24 * 30
 
 
 def matching_standing(*, org_id: UUID | str, run_id: UUID | str | None, agent_id: UUID | str | None,
-                      tool_id: UUID | str | None, risk: str, arguments: Mapping[str, Any] | None
+                      tool_id: UUID | str | None, risk: str, arguments: Mapping[str, Any] | None,
+                      required_approvals: int = 1, not_by_user_id: int | None = None
                       ) -> StandingApproval | None:
-    """The oldest live standing approval covering this call, or None."""
-    if risk == "dangerous" or arguments is None or not agent_id or not tool_id:
+    """The oldest live standing approval covering this call, or None.
+
+    A standing approval is one person's decision: it never covers a call that needs several
+    people (`required_approvals` > 1), nor one whose approver may not be `not_by_user_id` (the
+    run's starter, when its crew separates duties).
+    """
+    if risk == "dangerous" or arguments is None or not agent_id or not tool_id or required_approvals > 1:
         return None
     now = timezone.now()
     scope = Q(scope=StandingScope.AGENT_TOOL, expires_at__gt=now)
@@ -39,6 +45,8 @@ def matching_standing(*, org_id: UUID | str, run_id: UUID | str | None, agent_id
         scope |= Q(scope=StandingScope.RUN, run_id=run_id)
     candidates = (StandingApproval.objects.filter(scope, org_id=org_id, agent_id=agent_id, tool_id=tool_id,
                                                   revoked_at__isnull=True).order_by("created_at"))
+    if not_by_user_id is not None:
+        candidates = candidates.exclude(created_by_id=not_by_user_id)
     for standing in candidates:
         if standing.condition:
             try:
@@ -78,6 +86,10 @@ def clean_standing(request: ApprovalRequest, standing: Mapping[str, Any] | None)
     if request.risk == "dangerous":
         raise ValidationFailed("A dangerous tool needs a person for every call: no standing approval.",
                                {"standing.scope": "Not offered for dangerous tools."})
+    if request.required_approvals > 1:
+        message = (f"This call needs {request.required_approvals} people's approval: one person's standing "
+                   "approval cannot cover later ones.")
+        raise ValidationFailed(message, {"standing.scope": message})
     if not request.agent_id or not request.tool_id:
         raise ValidationFailed("This request has no agent or tool to cover.", {"standing.scope": "Not available."})
     out: dict[str, Any] = {"scope": scope, "condition": "", "expires_at": None}

@@ -31,6 +31,8 @@ class Crew(TenantModel):
     # and how long a request waits before it expires with its default outcome (reject).
     approvals_required = models.PositiveSmallIntegerField(default=1)
     approval_ttl_hours = models.PositiveIntegerField(default=24)
+    # Separation of duties: the person who started a run may not approve its held calls.
+    separation_of_duties = models.BooleanField(default=False)
     enabled = models.BooleanField(default=True)
     version = models.PositiveIntegerField(default=1)
 

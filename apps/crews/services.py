@@ -19,7 +19,7 @@ from apps.crews.models import Crew, CrewMember, CrewTask, CrewVersion, Process
 
 CREW_FIELDS = ("name", "description", "process", "supervisor_agent_id", "tasks", "members", "routing_rules",
                "inputs", "max_hops", "max_tool_calls", "timeout_s", "token_budget", "budget_usd", "approvals_required",
-               "approval_ttl_hours")
+               "approval_ttl_hours", "separation_of_duties")
 LIMITS = {"max_hops": (1, 100, 6), "max_tool_calls": (1, 1000, 50), "timeout_s": (10, 86400, 900),
           "approvals_required": (1, 10, 1), "approval_ttl_hours": (1, 720, 24)}
 
@@ -79,6 +79,16 @@ def _clean_tasks(raw_tasks: list[Any], org_id: UUID, errors: dict[str, str]) -> 
     return tasks
 
 
+def _clean_flag(values: dict[str, Any], key: str, errors: dict[str, str]) -> bool:
+    value = values.get(key, False)
+    if value in (None, ""):
+        return False
+    if not isinstance(value, bool):
+        errors[key] = "Give true or false."
+        return False
+    return value
+
+
 def _clean_crew(values: dict[str, Any], *, org_id: UUID, crew: Crew | None) -> dict[str, Any]:
     errors: dict[str, str] = {}
     name = str(values.get("name") or "").strip()[:100]
@@ -94,7 +104,8 @@ def _clean_crew(values: dict[str, Any], *, org_id: UUID, crew: Crew | None) -> d
     inputs = validation.check_inputs(values.get("inputs") or [], errors)
     clean: dict[str, Any] = {"name": name, "description": str(values.get("description") or "").strip(),
                              "process": process, "inputs": inputs, "supervisor": None, "tasks": [], "members": [],
-                             "routing_rules": [], **_clean_limits(values, errors)}
+                             "routing_rules": [], **_clean_limits(values, errors),
+                             "separation_of_duties": _clean_flag(values, "separation_of_duties", errors)}
     if process == Process.SEQUENTIAL:
         clean["tasks"] = _clean_tasks(values.get("tasks") or [], org_id, errors)
         if not clean["tasks"]:
@@ -182,6 +193,7 @@ def _current_values(crew: Crew) -> dict[str, Any]:
         "max_hops": crew.max_hops, "max_tool_calls": crew.max_tool_calls, "timeout_s": crew.timeout_s,
         "token_budget": crew.token_budget, "budget_usd": crew.budget_usd,
         "approvals_required": crew.approvals_required, "approval_ttl_hours": crew.approval_ttl_hours,
+        "separation_of_duties": crew.separation_of_duties,
     }
 
 

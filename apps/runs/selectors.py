@@ -56,12 +56,15 @@ def get_tool_call(*, org_id: UUID | str, tool_call_id: UUID | str) -> ToolCall:
         raise NotFound("No such tool call.") from None
 
 
-def org_tool_calls(*, org_id: UUID | str, state: str | None = None) -> QuerySet[ToolCall]:
+def org_tool_calls(*, org_id: UUID | str, state: str | None = None,
+                   run_id: UUID | str | None = None) -> QuerySet[ToolCall]:
     """The organisation's ledger rows, newest first, optionally in one state (e.g. `unknown`: a call
     a worker sent and never heard back about, waiting for a person to say whether it happened)."""
     rows = ToolCall.objects.filter(org_id=org_id).select_related("run").defer("run__snapshot", "run__state")
     if state:
         rows = rows.filter(state=state)
+    if run_id:
+        rows = rows.filter(run_id=run_id)
     return rows.order_by("-created_at", "-id")
 
 

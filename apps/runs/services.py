@@ -142,7 +142,7 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
     if key:
         existing = Run.objects.filter(org_id=actor.org_id, idempotency_key=key).first()
         if existing is not None:
-            return existing
+            return _same_request(existing, crew_id)
     crew = crews.get_crew(org_id=actor.org_id, crew_id=crew_id)
     if not crew.enabled:
         raise ValidationFailed(f"The crew {crew.name!r} is disabled.", {"crew": "This crew is disabled."})
@@ -169,9 +169,17 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
     except IntegrityError:
         existing = Run.objects.filter(org_id=actor.org_id, idempotency_key=key).first()
         if key and existing is not None:
-            return existing
+            return _same_request(existing, crew_id)
         raise
     return run
+
+
+def _same_request(existing: Run, crew_id: UUID | str) -> Run:
+    """The run a key started, when it is asked for the same crew again (else the key is misused)."""
+    if str(existing.crew_id) != str(crew_id):
+        message = "This Idempotency-Key already started a run of another crew; use a new key."
+        raise ValidationFailed(message, {"Idempotency-Key": message})
+    return existing
 
 
 def _enqueue_on_commit(run_id: UUID | str, *, resume: bool = False) -> None:

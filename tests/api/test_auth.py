@@ -7,7 +7,7 @@ from django.test import Client
 
 from apps.accounts import services
 from apps.accounts.actors import member_actor
-from tests.factories import token_for
+from tests.factories import owner_of, token_for
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +21,8 @@ def test_me_tells_the_caller_and_org(client, org):
     response = client.get("/api/v1/me", **bearer(token))
     assert response.status_code == 200
     assert response.json() == {"org": {"id": str(org.id), "name": "Acme", "slug": org.slug},
-                               "role": "builder", "actor": "token:ci", "kind": "token"}
+                               "role": "builder", "actor": f"token:ci ({owner_of(org).user.email})",
+                               "kind": "token"}
 
 
 def test_it_requires_a_token(client):

@@ -6,12 +6,13 @@ from ninja import Field, Router, Schema, Status
 from ninja.pagination import paginate
 
 from apps.agents import selectors, services
+from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 
 router = Router(tags=["agents"])
 
 
-class GrantIn(Schema):
+class GrantIn(Body):
     tool: str = Field(..., description="The tool's qualified name (server.tool) or id")
     policy: Literal["auto", "approve", "deny"]
     condition: str = Field("", description="Escalates auto to approve when true, e.g. amount_cents > 5000")
@@ -70,7 +71,7 @@ class AgentOut(Schema):
         return selectors.agent_grants(obj)
 
 
-class AgentIn(Schema):
+class AgentIn(Body):
     name: str = Field(..., min_length=1, max_length=100)
     role: str = ""
     instructions: str = ""
@@ -84,7 +85,7 @@ class AgentIn(Schema):
     grants: list[GrantIn] = []
 
 
-class AgentPatch(Schema):
+class AgentPatch(Body):
     name: str | None = None
     role: str | None = None
     instructions: str | None = None

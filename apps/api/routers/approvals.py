@@ -5,6 +5,7 @@ from uuid import UUID
 from ninja import Router, Schema
 from ninja.pagination import paginate
 
+from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.approvals import selectors
 from apps.runs import services
@@ -65,13 +66,13 @@ class ApprovalOut(Schema):
         return obj.decided_by_label
 
 
-class StandingIn(Schema):
+class StandingIn(Body):
     scope: Literal["call", "run", "agent_tool"] = "call"
     condition: str = ""
     hours: int | None = None
 
 
-class DecisionIn(Schema):
+class DecisionIn(Body):
     decision: Literal["approve", "reject"]
     arguments: dict[str, Any] | None = None
     comment: str = ""

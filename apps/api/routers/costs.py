@@ -1,11 +1,11 @@
-from datetime import date
 from decimal import Decimal
 from uuid import UUID
 
 from ninja import Query, Router, Schema, Status
 
 from apps.agents import selectors as agents
-from apps.api.instants import Instant
+from apps.api.bodies import Body
+from apps.api.instants import Day, Instant
 from apps.costs import selectors, services
 from apps.crews import selectors as crews
 
@@ -26,8 +26,8 @@ class CostRowOut(Schema):
 
 class CostFilters(Schema):
     group_by: str = "day"
-    since: date | Instant | None = None
-    until: date | Instant | None = None
+    since: Day | Instant | None = None
+    until: Day | Instant | None = None
 
 
 @router.get("", response=list[CostRowOut])
@@ -51,7 +51,7 @@ class BudgetOut(Schema):
     thresholds: list[int]
 
 
-class BudgetIn(Schema):
+class BudgetIn(Body):
     scope: str
     amount_usd: Decimal
     target_id: UUID | None = None

@@ -6,27 +6,28 @@ from uuid import UUID
 from ninja import Field, Router, Schema, Status
 from ninja.pagination import paginate
 
+from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.crews import selectors, services
 
 router = Router(tags=["crews"])
 
 
-class TaskSchema(Schema):
+class TaskSchema(Body):
     name: str
     description: str
     agent_id: UUID | None = None
     context: list[str] = Field([], description="Names of earlier tasks whose outputs this task receives")
 
 
-class InputSchema(Schema):
+class InputSchema(Body):
     name: str
     type: Literal["string", "integer", "number", "boolean"] = "string"
     required: bool = True
     description: str = ""
 
 
-class RoutingRule(Schema):
+class RoutingRule(Body):
     contains: str = Field(..., description="Text that, when found in the request, routes to `route`")
     route: str = Field(..., description="A member agent's name, or FINISH")
 
@@ -48,6 +49,7 @@ class CrewOut(Schema):
     budget_usd: Decimal | None
     approvals_required: int
     approval_ttl_hours: int
+    separation_of_duties: bool
     enabled: bool
     version: int
     created_at: datetime
@@ -67,7 +69,7 @@ class CrewOut(Schema):
                 for t in obj.tasks.all()]
 
 
-class CrewIn(Schema):
+class CrewIn(Body):
     name: str = Field(..., min_length=1, max_length=100)
     description: str = ""
     process: Literal["sequential", "supervisor"] = "sequential"
@@ -83,9 +85,11 @@ class CrewIn(Schema):
     budget_usd: Decimal | None = None
     approvals_required: int = 1
     approval_ttl_hours: int = 24
+    separation_of_duties: bool = Field(False, description="The person who started a run may not approve its "
+                                                          "held calls.")
 
 
-class CrewPatch(Schema):
+class CrewPatch(Body):
     name: str | None = None
     description: str | None = None
     process: Literal["sequential", "supervisor"] | None = None
@@ -101,6 +105,7 @@ class CrewPatch(Schema):
     budget_usd: Decimal | None = None
     approvals_required: int | None = None
     approval_ttl_hours: int | None = None
+    separation_of_duties: bool | None = None
     enabled: bool | None = None
 
 

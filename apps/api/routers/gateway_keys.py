@@ -5,6 +5,7 @@ from django.conf import settings
 from ninja import Field, Router, Schema, Status
 from ninja.pagination import paginate
 
+from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.gateway import selectors, services
 
@@ -24,7 +25,7 @@ class GatewayKeyOut(Schema):
     revoked_at: datetime | None
 
 
-class GatewayKeyIn(Schema):
+class GatewayKeyIn(Body):
     name: str = Field(..., min_length=1, max_length=100)
     agent_id: UUID
     rate_limit_per_minute: int | None = Field(None, ge=1, le=services.MAX_RATE_LIMIT)

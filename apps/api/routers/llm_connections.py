@@ -6,6 +6,7 @@ from ninja import Field, Router, Schema, Status
 from ninja.pagination import paginate
 
 from apps.agents import selectors, services
+from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 
 router = Router(tags=["llm-connections"])
@@ -29,7 +30,7 @@ class ConnectionOut(Schema):
         return obj.has_api_key
 
 
-class ConnectionIn(Schema):
+class ConnectionIn(Body):
     name: str = Field(..., min_length=1, max_length=100)
     provider: ProviderName
     base_url: str = ""
@@ -37,7 +38,7 @@ class ConnectionIn(Schema):
     default_model: str = ""
 
 
-class ConnectionPatch(Schema):
+class ConnectionPatch(Body):
     name: str | None = None
     provider: ProviderName | None = None
     base_url: str | None = None
@@ -45,7 +46,7 @@ class ConnectionPatch(Schema):
     default_model: str | None = None
 
 
-class TestIn(Schema):
+class TestIn(Body):
     model: str = ""
 
 

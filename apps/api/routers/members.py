@@ -6,6 +6,7 @@ from ninja.pagination import paginate
 
 from apps.accounts import selectors, services
 from apps.accounts.roles import Role
+from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 
 router = Router(tags=["members"])
@@ -22,7 +23,7 @@ class MemberOut(Schema):
         return obj.user.email
 
 
-class MemberIn(Schema):
+class MemberIn(Body):
     email: str
     role: Role
 
@@ -32,7 +33,7 @@ class MemberCreated(Schema):
     password: str | None = None  # set only when a new user account was created; shown once
 
 
-class RolePatch(Schema):
+class RolePatch(Body):
     role: Role
 
 

@@ -1,11 +1,14 @@
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, Literal
 from uuid import UUID
 
-from ninja import Router, Schema, Status
+from django.http import JsonResponse
+from ninja import Query, Router, Schema
 from ninja.pagination import paginate
 
+from apps.api import idempotency
+from apps.api.bodies import Body
 from apps.api.instants import Instant
 from apps.api.pagination import Pagination
 from apps.runs import selectors, services
@@ -13,8 +16,11 @@ from apps.runs import selectors, services
 router = Router(tags=["runs"])
 crew_runs = Router(tags=["runs"])
 
+RunStatus = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled", "timed_out",
+                    "limit_exceeded"]
 
-class RunIn(Schema):
+
+class RunIn(Body):
     inputs: dict[str, Any] = {}
 
 
@@ -55,16 +61,21 @@ class EventOut(Schema):
     data: dict[str, Any]
 
 
-@crew_runs.post("/{crew_id}/runs", response={201: RunOut, 200: RunOut})
+@crew_runs.post("/{crew_id}/runs", response={201: RunOut})
 def start_run(request, crew_id: UUID, payload: RunIn):
-    key = request.headers.get("Idempotency-Key")
-    run = services.start_run(actor=request.auth, crew_id=crew_id, inputs=payload.inputs, idempotency_key=key)
-    return Status(201, run)
+    """Starts a run. With an `Idempotency-Key` header, a retry within a day answers exactly what the
+    first request did (status and body) and starts nothing; the key on another request is a 422."""
+    first = idempotency.replay(request)
+    if first is None:
+        run = services.start_run(actor=request.auth, crew_id=crew_id, inputs=payload.inputs,
+                                 idempotency_key=idempotency.key_of(request))
+        first = idempotency.remember(request, idempotency.Answer(201, RunOut.from_orm(run).model_dump(mode="json")))
+    return JsonResponse(first.body, status=first.status)  # the answer as first sent, byte for byte the same JSON
 
 
 @router.get("", response=list[RunOut])
 @paginate(Pagination)
-def list_runs(request, status: str | None = None, crew: UUID | None = None, agent: UUID | None = None,
+def list_runs(request, status: RunStatus | None = None, crew: UUID | None = None, agent: UUID | None = None,
               since: Instant | None = None, until: Instant | None = None, attention: bool | None = None):
     request.auth.require("org.view")
     return selectors.org_runs(org_id=request.auth.org_id, status=status, crew_id=crew, agent_id=agent, since=since,
@@ -78,10 +89,11 @@ def get_run(request, run_id: UUID):
 
 
 @router.get("/{run_id}/events", response=list[EventOut])
-def run_events(request, run_id: UUID, after: int = 0, limit: int = 1000):
+def run_events(request, run_id: UUID, after: int = Query(0, ge=0, le=2**63 - 1),
+               limit: int = Query(1000, ge=1, le=1000)):
     request.auth.require("org.view")
     run = selectors.get_run(org_id=request.auth.org_id, run_id=run_id)
-    return list(selectors.run_events(run=run, after=after, limit=min(max(limit, 1), 1000)))
+    return list(selectors.run_events(run=run, after=after, limit=limit))
 
 
 @router.post("/{run_id}/cancel", response=RunOut)

@@ -5,6 +5,7 @@ from uuid import UUID
 from ninja import Field, Router, Schema, Status
 from ninja.pagination import paginate
 
+from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.registry import selectors, services
 from apps.registry.models import Transport, TrustTier
@@ -37,7 +38,7 @@ class ServerOut(Schema):
     created_at: datetime
 
 
-class ServerIn(Schema):
+class ServerIn(Body):
     name: str
     transport: Transport
     trust_tier: TrustTier
@@ -53,7 +54,7 @@ class ServerIn(Schema):
     timeout_s: int = Field(30, ge=1, le=300)
 
 
-class ServerPatch(Schema):
+class ServerPatch(Body):
     name: str | None = None
     description: str | None = None
     transport: Transport | None = None

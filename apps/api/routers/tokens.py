@@ -6,6 +6,7 @@ from ninja import Field, Router, Schema, Status
 from ninja.pagination import paginate
 
 from apps.accounts import selectors, services
+from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 
 router = Router(tags=["tokens"])
@@ -16,12 +17,18 @@ class TokenOut(Schema):
     name: str
     role: str
     prefix: str
+    member: str | None = Field(None, description="The email of the member who holds the token (null: they left; "
+                                                 "the token no longer works).")
     created_at: datetime
     last_used_at: datetime | None
     revoked_at: datetime | None
 
+    @staticmethod
+    def resolve_member(obj) -> str | None:
+        return obj.member.user.email if obj.member_id else None
 
-class TokenIn(Schema):
+
+class TokenIn(Body):
     name: str = Field(..., min_length=1, max_length=100)
     role: Literal["admin", "builder", "approver", "viewer"]
 

@@ -5,6 +5,7 @@ from uuid import UUID
 from ninja import Field, Router, Schema
 from ninja.pagination import paginate
 
+from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.runs import selectors, services
 
@@ -52,18 +53,19 @@ class ToolCallOut(Schema):
         return bool(obj.result.get("is_error")) if isinstance(obj.result, dict) else None
 
 
-class ResolveIn(Schema):
+class ResolveIn(Body):
     outcome: Literal["succeeded", "failed"]
     note: str = Field("", max_length=4000, description="What you found; the model reads it as the call's result.")
 
 
 @router.get("", response=list[ToolCallOut])
 @paginate(Pagination)
-def list_tool_calls(request, state: States | None = None):
-    """The organisation's tool calls, newest first. `?state=unknown` lists the calls a worker sent and
-    never heard back about: each waits for a person to say whether it happened (`POST .../resolve`)."""
+def list_tool_calls(request, state: States | None = None, run: UUID | None = None):
+    """The organisation's tool calls, newest first, of one run (`?run=`) or all. `?state=unknown` lists the
+    calls a worker sent and never heard back about: each waits for a person to say whether it happened
+    (`POST .../resolve`)."""
     request.auth.require("org.view")
-    return selectors.org_tool_calls(org_id=request.auth.org_id, state=state)
+    return selectors.org_tool_calls(org_id=request.auth.org_id, state=state, run_id=run)
 
 
 @router.get("/{tool_call_id}", response=ToolCallOut)

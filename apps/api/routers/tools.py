@@ -5,6 +5,7 @@ from uuid import UUID
 from ninja import Query, Router, Schema
 from ninja.pagination import paginate
 
+from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.registry import selectors, services
 from apps.registry.models import Risk, ToolState
@@ -51,7 +52,7 @@ class ToolFilters(Schema):
     state: ToolState | None = None
 
 
-class ToolPatch(Schema):
+class ToolPatch(Body):
     risk: Risk | None = None
     state: ToolState | None = None
 

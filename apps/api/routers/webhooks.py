@@ -4,6 +4,7 @@ from uuid import UUID
 from ninja import Field, Router, Schema, Status
 from ninja.pagination import paginate
 
+from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.notifications import selectors, services
 
@@ -19,7 +20,7 @@ class WebhookOut(Schema):
     created_at: datetime
 
 
-class WebhookIn(Schema):
+class WebhookIn(Body):
     name: str = Field(..., min_length=1, max_length=100)
     url: str = Field(..., min_length=1, max_length=500)
     events: list[str]

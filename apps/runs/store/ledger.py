@@ -143,7 +143,8 @@ class Ledger:
                          "server": (tool or {}).get("server", ""), "trust_tier": (tool or {}).get("trust_tier", ""),
                          "description": (tool or {}).get("description", ""), "tainted": self.run.tainted},
                 expires_at=timezone.now() + ttl, requested_by_user_id=self.run.started_by_id,
-                required_approvals=required_approvals)
+                required_approvals=required_approvals,
+                separation_of_duties=bool(crew.get("separation_of_duties")))
             self.set_call(row, expect=CallState.PROPOSED, state=CallState.HELD, decision="hold", rule=rule,
                           reason=reason, approval=request, decided_at=timezone.now(), event="tool.decided",
                           event_data={"decision": "hold", "state": "held", "rule": rule, "reason": reason})
@@ -154,9 +155,12 @@ class Ledger:
     def standing_approval(self, *, agent: dict[str, Any], tool: dict[str, Any] | None,
                           arguments: dict[str, Any] | None) -> str | None:
         """The id of a person's standing approval covering this call (policy input), or None."""
-        match = standing.matching_standing(org_id=self.run.org_id, run_id=self.run_id, agent_id=agent.get("id"),
-                                           tool_id=(tool or {}).get("id"), risk=(tool or {}).get("risk", ""),
-                                           arguments=arguments)
+        crew = self.run.snapshot.get("crew", {})
+        match = standing.matching_standing(
+            org_id=self.run.org_id, run_id=self.run_id, agent_id=agent.get("id"), tool_id=(tool or {}).get("id"),
+            risk=(tool or {}).get("risk", ""), arguments=arguments,
+            required_approvals=int(crew.get("approvals_required") or 1),
+            not_by_user_id=self.run.started_by_id if crew.get("separation_of_duties") else None)
         return str(match.id) if match else None
 
     def record_standing_hit(self, standing_id: str, row: ToolCall) -> str:

@@ -64,6 +64,7 @@ def _submitted(request: HttpRequest) -> dict[str, Any]:
         post.getlist("input_name"), post.getlist("input_type"), post.getlist("input_required"), strict=False)
         if n.strip() or t != "string"]
     values["members"] = post.getlist("members")
+    values["separation_of_duties"] = post.get("separation_of_duties") == "1"
     values["routing_rules"] = parse_routing_rules(post.get("routing_rules", ""))
     return values
 
@@ -75,6 +76,7 @@ def _crew_values(crew) -> dict[str, Any]:
                         "context": ", ".join(t.context)} for t in crew.tasks.all()]
     values["inputs"] = crew.inputs
     values["members"] = [str(m.agent_id) for m in crew.members.all()]
+    values["separation_of_duties"] = crew.separation_of_duties
     values["routing_rules"] = crew.routing_rules
     for key in ("token_budget", "budget_usd"):
         values[key] = "" if values[key] is None else values[key]

@@ -34,11 +34,24 @@ class _Line:
         return value
 
 
+# A spreadsheet reads a cell starting with one of these as a formula (CSV injection): a run's
+# output, an error text or an audit label written by anyone could then run in the reader's sheet.
+FORMULA_LEADS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def inert(cell: Any) -> Any:
+    """The cell as a spreadsheet shows it as text: a leading apostrophe before a formula lead."""
+    if isinstance(cell, str) and cell.startswith(FORMULA_LEADS):
+        return "'" + cell
+    return cell
+
+
 def csv_rows(header: list[str], rows: Iterable[Iterable[Any]]) -> Iterator[str]:
+    """Every export's lines: each text cell made inert for spreadsheets."""
     writer = csv.writer(_Line())
     yield writer.writerow(header)
     for row in rows:
-        yield writer.writerow(row)
+        yield writer.writerow([inert(cell) for cell in row])
 
 
 def streamed_csv(name: str, lines: Iterator[str]) -> StreamingHttpResponse:

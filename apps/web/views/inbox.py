@@ -142,19 +142,19 @@ def item_context(request: ApprovalRequest, actor: Actor, *, values: dict[str, st
     votes = list(request.votes.all())
     voted = next((v for v in votes if actor.user_id is not None and v.user_id == actor.user_id), None)
     definition = request.kind == ApprovalKind.DEFINITION_CHANGE
-    separated = (request.risk == "dangerous" and actor.user_id is not None
-                 and actor.user_id == request.requested_by_user_id)
+    separation = approvals.starter_refusal(request, user_id=actor.user_id)
+    separated = bool(separation)
     allowed = actor.can("servers.manage") if definition else actor.can("approvals.decide")
     seconds_left = (request.expires_at - timezone.now()).total_seconds() if request.expires_at else None
     return {
         "r": request, "votes": votes, "voted": voted, "definition": definition,
         "can_decide": request.is_pending and allowed and voted is None,
-        "may_approve": not separated, "separated": separated,
+        "may_approve": not separated, "separated": separated, "separation": separation,
         "arguments": pretty(request.arguments),
         "edit_diff": arguments_diff(request.arguments, request.approved_arguments),
         "fields": [] if definition else argument_fields(request, values, errors),
         "errors": errors or {}, "message": message, "message_level": message_level or "info",
-        "standing_offered": not definition and request.risk != "dangerous",
+        "standing_offered": not definition and request.risk != "dangerous" and request.required_approvals == 1,
         "summary": run_summary(request), "seconds_left": seconds_left,
         "expired_soon": seconds_left is not None and seconds_left < 3600,
         "tool_risk": request.risk,

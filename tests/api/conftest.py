@@ -1,0 +1,1 @@
+from tests.runs.conftest import Desk, actor, desk  # noqa: F401
