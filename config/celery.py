@@ -59,7 +59,9 @@ app.conf.update(
         "worker-heartbeat": {"task": "apps.core.tasks.record_worker_heartbeat", "schedule": 30.0},
         "prune-broadcasts": {"task": "apps.core.tasks.prune_broadcasts", "schedule": 60.0},
         "registry-sync-stale-servers": {"task": "apps.registry.tasks.sync_stale_servers", "schedule": 300.0},
-        "runs-sweep-stuck": {"task": "apps.runs.tasks.sweep_stuck_runs", "schedule": 30.0},
+        # Often: a dead worker's run is taken over within a lease and a sweep (docs/operations.md).
+        "runs-sweep-stuck": {"task": "apps.runs.tasks.sweep_stuck_runs",
+                             "schedule": float(os.environ.get("AIRLOCK_RUN_SWEEP_S", "1"))},
         "runs-expire-approvals": {"task": "apps.runs.tasks.expire_approvals", "schedule": 60.0},
         "notifications-retry-deliveries": {"task": "apps.notifications.tasks.retry_due_deliveries",
                                            "schedule": 30.0},

@@ -62,6 +62,14 @@ AIRLOCK_GATEWAY_VIEW_REFRESH_S = float(os.environ.get("AIRLOCK_GATEWAY_VIEW_REFR
 # secret patterns (token, password, api_key, authorization, ...). Whole names, case-insensitive.
 AIRLOCK_SENSITIVE_ARGUMENTS = env_list("AIRLOCK_SENSITIVE_ARGUMENTS") or ["ssn", "card_number", "cvv", "iban",
                                                                           "otp", "pin_code", "date_of_birth"]
+# A run's lease (apps/runs/lease.py; docs/operations.md, "When a worker dies"): a heartbeat renews it every
+# HEARTBEAT_S while a worker drives the run; beat's sweeper, every SWEEP_S, hands a run whose lease went
+# LEASE_S unrenewed to another worker; a driver with no progress for STUCK_S is given up on.
+AIRLOCK_RUN_LEASE_S = float(os.environ.get("AIRLOCK_RUN_LEASE_S", "6"))
+AIRLOCK_RUN_HEARTBEAT_S = float(os.environ.get("AIRLOCK_RUN_HEARTBEAT_S", "2"))
+AIRLOCK_RUN_SWEEP_S = float(os.environ.get("AIRLOCK_RUN_SWEEP_S", "1"))
+AIRLOCK_RUN_STUCK_S = float(os.environ.get("AIRLOCK_RUN_STUCK_S", "900"))
+AIRLOCK_RUN_REQUEUE_AFTER_S = float(os.environ.get("AIRLOCK_RUN_REQUEUE_AFTER_S", "60"))
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import socket
+import time
 import uuid
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,7 +22,7 @@ from uuid import UUID
 import jsonschema
 from django.conf import settings
 from django.db import IntegrityError, InterfaceError, OperationalError, connections, transaction
-from django.db.models import Case, F, PositiveIntegerField, Q, When
+from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -42,6 +43,7 @@ from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.loop import advance
 from apps.runs.events import _publish as publish_event
 from apps.runs.events import append_event, publish_status
+from apps.runs.lease import SWEPT, LeaseHeartbeat, heartbeat_seconds
 from apps.runs.models import CallState, Run, RunStatus, ToolCall
 from apps.runs.outcome import writes_not_done
 from apps.runs.store import RunStore, lease_seconds, lock_pending_requests
@@ -375,9 +377,10 @@ def resolve_unknown_call(*, actor: Actor, tool_call_id: UUID | str, outcome: str
 # --- claim, advance, sweep -----------------------------------------------------------------------
 
 # The claim in one statement on Postgres: the compare-and-set, the time spent waiting for people added
-# to `waited_s`, and the run's `run.resumed` / `run.started` event with its sequence number. It replaces
-# an UPDATE, then a transaction with a SELECT ... FOR UPDATE, an UPDATE of `state` and the event's
-# INSERT (six round trips with BEGIN and COMMIT) between a decision and the approved call's dispatch.
+# to `waited_s`, and the run's `run.recovered` (taken over from a lost worker), `run.resumed` or
+# `run.started` event with its sequence number. It replaces an UPDATE, then a transaction with a
+# SELECT ... FOR UPDATE, an UPDATE of `state` and the event's INSERT (six round trips with BEGIN and
+# COMMIT) between a decision and the approved call's dispatch.
 _CLAIM_SQL = """
 WITH old AS (
   SELECT id, status, last_seq, state, COALESCE(state->>'waiting_since', '') <> '' AS resumed
@@ -391,15 +394,16 @@ WITH old AS (
         COALESCE((old.state->>'waited_s')::float8, 0) + GREATEST(0::float8,
           EXTRACT(EPOCH FROM (%(now)s::timestamptz - (old.state->>'waiting_since')::timestamptz))::float8))
       ELSE old.state END,
-    last_seq = old.last_seq + CASE WHEN old.resumed OR old.last_seq <= 1 THEN 1 ELSE 0 END
+    last_seq = old.last_seq + CASE WHEN old.status = 'running' OR old.resumed OR old.last_seq <= 1 THEN 1 ELSE 0 END
   FROM old
-  WHERE r.id = old.id AND (old.status = 'queued' OR (old.status = 'running' AND r.lease_expires_at < %(now)s))
-  RETURNING {columns}, CASE WHEN old.resumed THEN 'run.resumed' WHEN old.last_seq <= 1 THEN 'run.started' END
-    AS claim_event
+  WHERE r.id = old.id AND (old.status = 'queued' OR (old.status = 'running'
+    AND (r.lease_expires_at < %(now)s OR r.lease_owner = %(swept)s)))
+  RETURNING {columns}, CASE WHEN old.status = 'running' THEN 'run.recovered' WHEN old.resumed THEN 'run.resumed'
+    WHEN old.last_seq <= 1 THEN 'run.started' END AS claim_event
 ), event AS (
   INSERT INTO runs_runevent (run_id, seq, type, data, at)
-  SELECT id, last_seq, claim_event, CASE WHEN claim_event = 'run.started' THEN %(started)s::jsonb
-    ELSE '{}'::jsonb END, %(now)s
+  SELECT id, last_seq, claim_event, CASE WHEN claim_event = 'run.resumed' THEN '{}'::jsonb
+    ELSE %(started)s::jsonb END, %(now)s
   FROM claimed WHERE claim_event IS NOT NULL
 )
 SELECT * FROM claimed
@@ -415,32 +419,34 @@ def _claim_sql() -> tuple[Columns, str]:
 
 
 def _claim(run_id: str, owner: str) -> Run | None:
-    """Compare-and-set: queued, or running with an expired lease (a lost worker) -> running, ours."""
+    """Compare-and-set: queued, or running with an expired lease (a lost worker) or one the sweeper took
+    back (`SWEPT`) -> running, ours."""
     now = timezone.now()
     if connections[Run.objects.db].vendor == "postgresql":
         started = {"worker": owner}
         columns, sql = _claim_sql()
-        rows = fetch(sql, {"id": columns.param("id", run_id), "owner": owner, "now": now,
+        rows = fetch(sql, {"id": columns.param("id", run_id), "owner": owner, "now": now, "swept": SWEPT,
                            "expires": now + timedelta(seconds=lease_seconds()), "started": json.dumps(started)})
         if not rows:
             return None
         run, claim_event = columns.instance(rows[0][:len(columns)]), rows[0][len(columns)]
         if claim_event:
-            publish_event(run.id, run.last_seq, claim_event, started if claim_event == "run.started" else {}, now)
+            publish_event(run.id, run.last_seq, claim_event, {} if claim_event == "run.resumed" else started, now)
         publish_status(run)
         return run
-    claimable = Q(status=RunStatus.QUEUED) | Q(status=RunStatus.RUNNING, lease_expires_at__lt=now)
-    claimed = Run.objects.filter(claimable, id=run_id).update(
-        status=RunStatus.RUNNING, lease_owner=owner, lease_expires_at=now + timedelta(seconds=lease_seconds()),
-        deliveries=Case(When(status=RunStatus.RUNNING, then=F("deliveries") + 1), default=F("deliveries"),
-                        output_field=PositiveIntegerField()),
-        started_at=Coalesce(F("started_at"), now), updated_at=now)
-    if not claimed:
+    expires = now + timedelta(seconds=lease_seconds())
+    fields = dict(status=RunStatus.RUNNING, lease_owner=owner, lease_expires_at=expires,
+                  started_at=Coalesce(F("started_at"), now), updated_at=now)
+    lost = Q(status=RunStatus.RUNNING) & (Q(lease_expires_at__lt=now) | Q(lease_owner=SWEPT))
+    recovered = bool(Run.objects.filter(lost, id=run_id).update(**fields, deliveries=F("deliveries") + 1))
+    if not recovered and not Run.objects.filter(id=run_id, status=RunStatus.QUEUED).update(**fields):
         return None
     with transaction.atomic():
         run = Run.objects.select_for_update().get(id=run_id)
         state = dict(run.state)
-        if state.get("waiting_since"):
+        if recovered:
+            append_event(run.id, "run.recovered", worker=owner)
+        elif state.get("waiting_since"):
             waited = (now - datetime.fromisoformat(state.pop("waiting_since"))).total_seconds()
             state["waited_s"] = float(state.get("waited_s", 0)) + max(0.0, waited)
             run.state = state
@@ -455,6 +461,7 @@ def _claim(run_id: str, owner: str) -> Run | None:
 def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
     """Claims the run and runs a bounded number of engine steps. A duplicate or stale delivery does nothing.
 
+    While it drives the run a heartbeat thread renews the lease (apps/runs/lease.py).
     Returns "skipped", "continue", "waiting", "finished" or "lost".
     """
     run_id = str(run_id)
@@ -462,7 +469,9 @@ def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
     # Another process's changes to the run or its tools are told while this task drives it, not read at every
     # step (apps/runs/store/notices.py). The LISTEN goes out in the claim's round trip.
     notices = ChangeNotices(run_id)
+    heartbeat = None
     try:
+        claimed_at = time.monotonic()
         with pipeline():
             heard = notices.listen()
             run = _claim(run_id, owner)
@@ -471,9 +480,20 @@ def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
         notices.org_id = run.org_id
         store = RunStore(run_id, owner, run=run)
         store.notices = notices if heard else None
+        store.heartbeat = heartbeat = _start_heartbeat(run_id, owner, claimed_at)
         return _advance_claimed(store, enqueue_next=enqueue_next)
     finally:
+        if heartbeat is not None:
+            heartbeat.stop()
         notices.close()
+
+
+def _start_heartbeat(run_id: str, owner: str, claimed_at: float) -> LeaseHeartbeat | None:
+    """A heartbeat thread for the lease just claimed, unless the claim is inside a caller's transaction (the
+    thread's own connection would not see it; the engine then renews at its step boundaries itself)."""
+    if heartbeat_seconds() <= 0 or connections[Run.objects.db].in_atomic_block:
+        return None
+    return LeaseHeartbeat(run_id, owner, claimed_at=claimed_at).start()
 
 
 def _advance_claimed(store: RunStore, *, enqueue_next: bool) -> str:
@@ -517,17 +537,29 @@ def drive_run(*, run_id: UUID | str, max_tasks: int = 50) -> Run:
 
 
 def sweep_stuck_runs() -> int:
-    """Beat: re-enqueues runs whose worker died (lease expired) or whose queue message was lost.
+    """Beat, every `AIRLOCK_RUN_SWEEP_S`: re-enqueues runs whose worker died (lease expired) or whose queue
+    message was lost (queued, untouched for `AIRLOCK_RUN_REQUEUE_AFTER_S`).
 
-    The claim counts each recovery in `deliveries`; past the cap the run fails with the reason.
-    Returns how many runs were re-enqueued.
+    An expired lease is taken back first (owner `SWEPT`, for one more lease), in the same conditional
+    UPDATE: the run is enqueued once per lease, not at every sweep while the queue is busy, and a worker
+    that lost it (alive but stuck) finds its next write refused. The claim counts each recovery in
+    `deliveries`; past the cap the run fails with the reason. Returns how many runs were re-enqueued.
     """
     from apps.runs import tasks
 
     now = timezone.now()
-    expired = Run.objects.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now).values_list("id", flat=True)
-    stale = Run.objects.filter(status=RunStatus.QUEUED, updated_at__lt=now - timedelta(seconds=lease_seconds()))
-    ids = [*expired, *stale.values_list("id", flat=True)]
+    expired = list(Run.objects.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now)
+                   .values_list("id", flat=True)[:500])
+    taken = [run_id for run_id in expired if Run.objects.filter(
+        id=run_id, status=RunStatus.RUNNING, lease_expires_at__lt=now).update(
+            lease_owner=SWEPT, lease_expires_at=now + timedelta(seconds=lease_seconds()))]
+    stale = Run.objects.filter(status=RunStatus.QUEUED, updated_at__lt=now - timedelta(seconds=requeue_after()))
+    ids = [*taken, *stale.values_list("id", flat=True)[:500]]
     for run_id in ids:
         tasks.execute_run.delay(str(run_id))
     return len(ids)
+
+
+def requeue_after() -> float:
+    """How long a queued run may sit untouched before its message counts as lost (a Redis restart)."""
+    return float(getattr(settings, "AIRLOCK_RUN_REQUEUE_AFTER_S", 60))

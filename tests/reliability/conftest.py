@@ -82,12 +82,14 @@ def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 15)
 class Cluster:
     """Workers, beat and web processes of one test, all on the private Redis; stopped afterwards."""
 
-    def __init__(self, logs: Path, redis: RedisServer, lease_s: int) -> None:
+    def __init__(self, logs: Path, redis: RedisServer, lease_s: float | None = None) -> None:
         self.logs, self.redis, self.lease_s = logs, redis, lease_s
         self.procs: list[subprocess.Popen] = []
 
     def env(self, **extra: str) -> dict[str, str]:
-        env = child_env(DJANGO_SETTINGS_MODULE="tests.reliability.settings", AIRLOCK_RUN_LEASE_S=str(self.lease_s))
+        env = child_env(DJANGO_SETTINGS_MODULE="tests.reliability.settings")
+        if self.lease_s is not None:  # else production's lease, heartbeat and sweep
+            env.update(AIRLOCK_RUN_LEASE_S=str(self.lease_s), AIRLOCK_RUN_REQUEUE_AFTER_S=str(self.lease_s))
         env.update(REDIS_URL=self.redis.url, **extra)
         return env
 
@@ -166,12 +168,13 @@ def broker(fault_redis):
 
 @pytest.fixture
 def cluster(broker, process_logs, request):
-    """Processes for one test. Leases are 30 s (unless a test sets `cluster.lease_s` before starting
-    them): longer than any step on a busy machine, so only the faults a test makes lose a lease; a test
-    that killed a worker lets the time pass with `lease_runs_out`."""
+    """Processes for one test, with production's lease timings (a heartbeat keeps a live worker's lease
+    however long a step takes) unless a test sets `cluster.lease_s` before starting them (it also sets how
+    long a queued run waits before its message counts as lost). A test that killed a worker may let the
+    time pass with `lease_runs_out`."""
     logs = process_logs / request.node.name.replace("/", "_")[:80]
     logs.mkdir(exist_ok=True)
-    group = Cluster(logs, broker, lease_s=30)
+    group = Cluster(logs, broker)
     yield group
     group.close()
 

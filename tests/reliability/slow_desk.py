@@ -4,7 +4,8 @@
 
 `slow_refund` records its side effect first (one entry per execution in the store's
 `slow_calls`, never deduplicated, so a call executed twice shows twice), then takes
-SLOW_DESK_SECONDS (default 1.5) to answer.
+SLOW_DESK_SECONDS (default 1.5) to answer. `slow_lookup`, a read, counts its executions the
+same way (in `slow_reads`) and takes as long.
 """
 
 from __future__ import annotations
@@ -25,6 +26,16 @@ async def slow_refund(order_id: str, amount_cents: int, request_id: str) -> str:
         data.setdefault("slow_calls", []).append(request_id)
     await asyncio.sleep(float(os.environ.get("SLOW_DESK_SECONDS", "1.5")))
     return f"Refunded {amount_cents} cents on {order_id} ({request_id})."
+
+
+@mcp.tool(title="Look up slowly", annotations=ToolAnnotations(
+    read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False))
+async def slow_lookup(order_id: str, request_id: str) -> str:
+    """Look an order up, slowly. Changes nothing."""
+    with store(write=True) as data:
+        data.setdefault("slow_reads", []).append(request_id)
+    await asyncio.sleep(float(os.environ.get("SLOW_DESK_SECONDS", "1.5")))
+    return f"Order {order_id} is open ({request_id})."
 
 
 if __name__ == "__main__":

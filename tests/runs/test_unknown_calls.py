@@ -15,6 +15,7 @@ from apps.runs import services
 from apps.runs.models import Run, ToolCall
 from tests.conftest import signed_in
 from tests.factories import token_for
+from tests.runs.conftest import LOOK_UP
 
 pytestmark = pytest.mark.django_db
 
@@ -182,3 +183,29 @@ def test_the_inbox_badge_counts_unknown_calls_and_hears_when_one_appears_or_is_r
         services.resolve_unknown_call(actor=member_actor(approver), tool_call_id=row.id, outcome="failed")
     assert sent[-1] == ("inbox.count", {"count": 0})
     assert 'data-count="0">0</span>' in client.get("/inbox/").content.decode()
+
+
+def test_a_read_in_flight_when_its_worker_stopped_is_made_again_not_put_to_a_person(desk, approver):
+    """A read changes nothing, so a lookup left `dispatched` by a dead worker is sent again by the next one."""
+    reader = desk.agent("Careful reader", [{"call": [LOOK_UP]}, {"say": "Looked.\nSTATUS: done\nREASON: ok"}],
+                        [{"tool": "orders.get_order_status", "policy": "approve"}])
+    crew = desk.sequential("Careful lookups", [("look", reader, "Look up order {order_id}.", [])])
+    run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False)
+    run = services.drive_run(run_id=run.id)
+    request = ToolCall.objects.get(run=run, state="held").approval
+    services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
+    # What a worker killed while its lookup was out leaves behind: the row sent once, its result never stored.
+    ToolCall.objects.filter(id=request.tool_call_id).update(state="dispatched", attempts=1,
+                                                            dispatched_at=timezone.now())
+    run = services.drive_run(run_id=run.id)
+    row = ToolCall.objects.get(id=request.tool_call_id)
+    assert run.status == "succeeded", run.error
+    assert row.state == "succeeded" and row.attempts == 2 and "A-1001" in row.result["text"]
+    assert not ToolCall.objects.filter(run=run, state="unknown").exists()
+    assert run.events.filter(type="tool.retried", data__tool_call_id=str(row.id)).exists()
+    assert not run.events.filter(type__in=["tool.unknown", "run.waiting"], seq__gt=request_seq(run)).exists()
+
+
+def request_seq(run: Run) -> int:
+    """The seq of the run's approval decision: what follows it is the resumed run."""
+    return run.events.get(type="approval.decided").seq

@@ -3,8 +3,8 @@
 Each row moves forward from whatever state the last task left it in, so a resumed run picks
 up exactly where it stopped: `proposed` gets a policy decision (hold -> approval request),
 `held` follows its approval, `approved` is re-checked and dispatched (`dispatched` committed
-first), a `dispatched` row found here means a worker died in flight: it becomes `unknown` and
-is never sent again by itself.
+first), a `dispatched` row found here means a worker died in flight: a read is made again, any
+other call becomes `unknown` and is never sent again by itself.
 """
 
 from __future__ import annotations
@@ -48,14 +48,31 @@ def resolve_calls(store: Any, *, turn: Any, agent: dict[str, Any], rows: list[An
                 dispatch(store, agent=agent, row=row, decided=approved)
         if row.state == CallState.APPROVED:
             dispatch(store, agent=agent, row=row)
-        if row.state == CallState.DISPATCHED and not store.set_call(
-                row, expect=CallState.DISPATCHED, state=CallState.UNKNOWN, error_class="transient",
-                error="The worker stopped after sending this call and before its result was stored. "
-                      "It may or may not have happened: a person must check and resolve it.", event="tool.unknown"):
-            row.refresh_from_db()  # the worker that sent it (its lease ran out mid-call) stored the outcome meanwhile
+        if row.state == CallState.DISPATCHED:
+            found_in_flight(store, agent=agent, row=row)
         if row.state in (CallState.HELD, CallState.UNKNOWN):
             waiting = True
     return "waiting" if waiting else "answered"
+
+
+def found_in_flight(store: Any, *, agent: dict[str, Any], row: Any) -> None:
+    """A row still `dispatched` when a step starts: the worker that sent it stopped before storing its outcome.
+
+    A read is sent again (policy checked again, as for any approved call): making it changed nothing, so
+    nobody need be asked. Any other call may have happened: it becomes `unknown`, never re-sent by itself,
+    and a person resolves it."""
+    tool = store.run.snapshot.get("tools", {}).get(row.qualified_name)
+    if tool is not None and tool.get("risk") == "read":
+        if store.set_call(row, expect=CallState.DISPATCHED, state=CallState.APPROVED, event="tool.retried",
+                          event_data={"reason": "in flight when its worker stopped; a read is made again"}):
+            dispatch(store, agent=agent, row=row)
+            return
+    elif store.set_call(row, expect=CallState.DISPATCHED, state=CallState.UNKNOWN, error_class="transient",
+                        error="The worker stopped after sending this call and before its result was stored. "
+                              "It may or may not have happened: a person must check and resolve it.",
+                        event="tool.unknown"):
+        return
+    row.refresh_from_db()  # the worker that sent it (its lease ran out mid-call) stored the outcome meanwhile
 
 
 @dataclass(frozen=True)

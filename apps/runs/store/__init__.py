@@ -11,6 +11,7 @@ helpers `store/reads.py`.
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ from apps.costs.rollup import FirstCalls
 from apps.notifications.services import notify
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.events import Totals, publish_status, send_events
+from apps.runs.lease import LeaseHeartbeat, lease_seconds
 from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolCall
 from apps.runs.outcome import writes_not_done
 from apps.runs.store.ledger import Ledger
@@ -44,7 +46,6 @@ from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
     call_inserts,
     dump_messages,
-    lease_seconds,
     load_messages,
     lock_pending_requests,
     run_read,
@@ -88,6 +89,7 @@ class RunStore(Ledger):
         self._tools: dict[str, Any] = {}
         self._run_stale = False
         self.notices: ChangeNotices | None = None  # set by the task that claimed the run (advance_run)
+        self.heartbeat: LeaseHeartbeat | None = None  # likewise, when a thread renews the lease (apps/runs/lease.py)
         self._overrides: dict[tuple[str, str], ModelPrice | None] = {}  # (provider, model) -> the org's price
         self._used: set[tuple[str, Any]] | None = None  # the run's usage so far, for the rollup's run counts
         # Writes gathered into the store's next transaction (see `atomic`).
@@ -216,22 +218,35 @@ class RunStore(Ledger):
         return self.run
 
     def renew_lease(self) -> None:
-        """Extends the lease; raises LeaseLost when another worker took the run over.
+        """Keeps the lease at a step boundary or before a call leaves; raises LeaseLost when another worker
+        took the run over.
 
-        No write while the run row last read (`refresh`, at the start of every step) shows the lease
-        ours with more than half its time left: a lease only passes to another worker once expired.
+        With a heartbeat (apps/runs/lease.py) this is the driver's sign of progress, and a write only when
+        the heartbeat has not renewed in time (the database was away). Without one, no write while the run
+        row last read (`refresh`, at the start of every step) shows the lease ours with more than half its
+        time left: a lease only passes to another worker once expired.
         """
+        beat = self.heartbeat
+        if beat is not None:
+            beat.touch()
+            if beat.lost:
+                raise LeaseLost(self.run_id)
+            if beat.deadline - time.monotonic() > beat.lease / 2:
+                return
         run, now = self.run, timezone.now()
-        if (self.lease_owner and run.lease_owner == self.lease_owner and run.status == RunStatus.RUNNING
-                and run.lease_expires_at is not None
+        if (beat is None and self.lease_owner and run.lease_owner == self.lease_owner
+                and run.status == RunStatus.RUNNING and run.lease_expires_at is not None
                 and run.lease_expires_at - now > timedelta(seconds=lease_seconds() / 2)):
             return
+        started = time.monotonic()
         expires = now + timedelta(seconds=lease_seconds())
         renewed = Run.objects.filter(id=self.run_id, status=RunStatus.RUNNING, lease_owner=self.lease_owner).update(
             lease_expires_at=expires)
         if not renewed:
             raise LeaseLost(self.run_id)
         run.lease_expires_at = expires
+        if beat is not None:
+            beat.renewed(started)
 
     def save_state(self, **fields: Any) -> None:
         """Updates the cursor (`state`) and counters, only while this worker holds the lease."""

@@ -6,7 +6,6 @@ import functools
 from datetime import timedelta
 from typing import Any
 
-from django.conf import settings
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
@@ -68,10 +67,6 @@ def call_inserts() -> Inserts:
 def completion_update(fields: tuple[str, ...]) -> Update:
     """`dispatched -> state` with the result: the key includes the state the row must still be in."""
     return Update(ToolCall, fields, ("id", "state"))
-
-
-def lease_seconds() -> int:
-    return int(getattr(settings, "AIRLOCK_RUN_LEASE_S", 120))
 
 
 def dump_messages(messages: list[ModelMessage]) -> list[dict[str, Any]]:
