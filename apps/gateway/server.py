@@ -377,7 +377,8 @@ class Gateway:
             facts = CallFacts(tool=row.qualified_name, risk=live.risk,
                               state=live.state if live.server.enabled else "disabled", pinned=live.is_pinned,
                               trust_tier=live.server.trust_tier, grant=tool.grant, condition=tool.condition,
-                              arguments=row.effective_arguments, tainted=session.tainted)
+                              arguments=row.effective_arguments, tainted=session.tainted,
+                              open_world=tool.open_world)
             decision = decide(facts)
             if decision.decision == "deny":
                 reason, rule = decision.reason, decision.rule
@@ -434,9 +435,8 @@ class Gateway:
             data = await self.pool.aread_resource(spec, uri, spec.timeout_s)
         except ToolCallFailed as exc:
             raise MCPError(-32603, str(exc)) from None
-        if spec.trust_tier == "third_party":
-            session = await self.session(ctx, identity)
-            session.tainted = True
+        session = await self.session(ctx, identity)  # a resource is content, whoever serves it: it taints
+        session.tainted = True
         return types.ReadResourceResult.model_validate(data)
 
     async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:

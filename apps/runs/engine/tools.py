@@ -85,13 +85,14 @@ def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> Decide
     grant = next((g for g in agent.get("grants", []) if g["tool"] == row.qualified_name), None)
     live = store.live_tool(row.qualified_name) if tool else None
     decision = decide(facts(tool, grant, name=row.qualified_name, arguments=row.arguments, tainted=run.tainted,
-                            live=live))
+                            live=live, taint_source=store.taint_source()))
     standing = None
     if decision.decision == "hold" and tool:  # only a hold can be lifted by a person's standing approval
         standing = store.standing_approval(agent=agent, tool=tool, arguments=row.arguments)
         if standing is not None:
             decision = decide(facts(tool, grant, name=row.qualified_name, arguments=row.arguments,
-                                    tainted=run.tainted, live=live, standing_approval=True))
+                                    tainted=run.tainted, live=live, standing_approval=True,
+                                    taint_source=store.taint_source()))
     if decision.decision == "deny":
         store.decide_call(row, state=CallState.DENIED, decision="deny", rule=decision.rule, reason=decision.reason,
                           error_class="permission")
@@ -185,7 +186,7 @@ def dispatch(store: Any, *, agent: dict[str, Any], row: Any, decided: Decided | 
     standing = (row.rule == "standing_approval" and tool is not None
                 and store.standing_approval(agent=agent, tool=tool, arguments=arguments) is not None)
     decision = decide(facts(tool, grant, name=row.qualified_name, arguments=arguments, tainted=run.tainted,
-                            live=live, standing_approval=standing))
+                            live=live, standing_approval=standing, taint_source=store.taint_source()))
     approved_by_person = row.approval_id is not None
     if live is not None and row.approval_id and live.definition_hash != (store.approval(row).definition_hash or
                                                                          live.definition_hash):
@@ -268,9 +269,23 @@ def _dispatched(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments:
         store.event("tool.finding", tool_call_id=str(row.id), tool=row.qualified_name,
                     findings=[{"code": f["code"], "severity": f["severity"], "message": f["message"]}
                               for f in findings])
-        store.taint(f"The result of {row.qualified_name} looks like it carries instructions.")
-    elif tool and (tool.get("trust_tier") == "third_party" or tool.get("open_world")):
-        store.taint(f"{row.qualified_name} returns untrusted content.")
+    source = taint_by(store, tool=tool, row=row, flagged=bool(findings))
+    if source:
+        store.taint(source, tool_call_id=str(row.id), tool=row.qualified_name)
+
+
+def taint_by(store: Any, *, tool: dict[str, Any] | None, row: Any, flagged: bool) -> str:
+    """Why this result taints the run ('' when it does not): flagged by the scanner, or read from content
+    Airlock does not control (a third-party server, an open-world tool), unless an admin trusts its output.
+    Provenance is the first line: an injection the scanner misses still taints the run."""
+    call = f"the result of {row.qualified_name} (call {str(row.id)[:8]})"
+    if flagged:
+        return f"{call} looks like it carries instructions"
+    if tool is None or not (tool.get("trust_tier") == "third_party" or tool.get("open_world")):
+        return ""
+    live = store.live_tool(row.qualified_name)
+    trusted = (live.trusted_output or live.server.trusted_output) if live is not None else tool.get("trusted_output")
+    return "" if trusted else f"{call} is content Airlock does not control"
 
 
 def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any],

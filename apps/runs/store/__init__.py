@@ -36,7 +36,7 @@ from apps.costs.rollup import FirstCalls
 from apps.notifications.services import notify
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.events import Totals, publish_status, send_events
-from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolCall
+from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
 from apps.runs.store.ledger import Ledger
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
@@ -249,11 +249,23 @@ class RunStore(Ledger):
         with self.atomic():
             self._events.append((type, data))
 
-    def taint(self, reason: str) -> None:
+    def taint(self, source: str, *, tool_call_id: str = "", tool: str = "") -> None:
+        """Marks the run tainted (from now on every write and open-world read waits for a person). `source`:
+        what it read, as a phrase for the holds' reasons ("the result of web.fetch (call 3f2a9c1e)")."""
         if not self.run.tainted:
             with self.atomic():
                 self.save_state(tainted=True)
-                self.event("run.tainted", reason=reason)
+                self.event("run.tainted", reason=source, tool_call_id=tool_call_id, tool=tool)
+            self._taint_source = source
+
+    def taint_source(self) -> str:
+        """What tainted the run (the `run.tainted` event's reason), '' when it is clean; read once per store."""
+        if not self.run.tainted:
+            return ""
+        if getattr(self, "_taint_source", None) is None:
+            event = RunEvent.objects.filter(run_id=self.run_id, type="run.tainted").order_by("seq").first()
+            self._taint_source = (event.data.get("reason", "") if event else "")[:300]
+        return self._taint_source
 
     def finish(self, status: str, *, output: str = "", error: str = "", error_class: str = "") -> None:
         """Ends the run; pending approvals of this run expire (nothing will execute them)."""
