@@ -269,3 +269,7 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"}},
 }
+
+# Safety (docs/operations.md): per-run rate limit on the calls of one tool (later calls are refused with a
+# visible reason; the run's tool-call cap and the loop limit on identical calls stay as they are).
+AIRLOCK_RUN_CALLS_PER_TOOL = int(os.environ.get("AIRLOCK_RUN_CALLS_PER_TOOL", "20"))

@@ -52,6 +52,7 @@ from apps.gateway import catalog, changes, ledger, ratelimit, selectors
 from apps.gateway.catalog import AgentView, GrantedTool
 from apps.gateway.downstream import LoopPool
 from apps.gateway.ledger import CallRecord, GatewayActor, SessionRef
+from apps.registry.arguments import url_problem
 from apps.registry.pool import ToolCallFailed, ToolCallResult, ToolCallTimeout
 from apps.registry.scanner import scan_text
 from apps.runs.engine.hashing import args_hash
@@ -255,6 +256,9 @@ class Gateway:
             if problem:
                 decision = PolicyDecision("deny", f"The arguments do not match the tool's input schema: {problem}",
                                           "invalid_arguments")
+        egress = url_problem(arguments) if decision.decision != "deny" else ""
+        if egress:  # the engine's rule (apps.registry.arguments): no tool is sent to a refused address
+            decision = PolicyDecision("deny", f"Refused by the egress rules: {egress}", "argument_egress")
         if decision.decision == "deny":
             now = timezone.now()
             self._record(session, identity, actor, {

@@ -60,6 +60,9 @@ Deferred = Callable[[], Callable[[], None] | None]
 _APPEND_MESSAGES_SQL = "UPDATE runs_runstep SET messages = messages || %s::jsonb, updated_at = %s WHERE id = %s"
 
 
+UNTRUSTED_KEPT = 256 * 1024  # characters of untrusted results kept per run for the copied-argument check
+
+
 class RunStore(Ledger):
     def __init__(self, run_id: str, lease_owner: str, *, run: Run | None = None) -> None:
         """`run`: the row as the caller read it just now (the claim), so the first step need not read it."""
@@ -257,6 +260,25 @@ class RunStore(Ledger):
                 self.save_state(tainted=True)
                 self.event("run.tainted", reason=source, tool_call_id=tool_call_id, tool=tool)
             self._taint_source = source
+
+    def untrusted_texts(self) -> list[str]:
+        """The text of every untrusted result this run has read (capped), to tell which arguments were copied
+        from it. Read once per store, then kept current by `read_untrusted`."""
+        if getattr(self, "_untrusted", None) is None:
+            self._untrusted = []
+            if self.run.tainted:
+                tools = self.run.snapshot.get("tools", {})
+                for name, result, findings in ToolCall.objects.filter(run_id=self.run_id, result__isnull=False) \
+                        .values_list("qualified_name", "result", "findings"):
+                    tool = tools.get(name) or {}
+                    if findings or tool.get("trust_tier") == "third_party" or tool.get("open_world"):
+                        self.read_untrusted((result or {}).get("text", ""))
+        return self._untrusted
+
+    def read_untrusted(self, text: str) -> None:
+        kept = self.untrusted_texts()
+        if text and sum(map(len, kept)) < UNTRUSTED_KEPT:
+            kept.append(text[:UNTRUSTED_KEPT])
 
     def taint_source(self) -> str:
         """What tainted the run (the `run.tainted` event's reason), '' when it is clean; read once per store."""
