@@ -316,3 +316,7 @@ LOGGING = {
     "loggers": {"django.channels.server": {"level": "WARNING"},
                 "axes": {"level": "WARNING"}},  # a line per sign-in otherwise; lockouts are warnings
 }
+
+# Safety (docs/operations.md): per-run rate limit on the calls of one tool (later calls are refused with a
+# visible reason; the run's tool-call cap and the loop limit on identical calls stay as they are).
+AIRLOCK_RUN_CALLS_PER_TOOL = int(os.environ.get("AIRLOCK_RUN_CALLS_PER_TOOL", "20"))

@@ -34,6 +34,8 @@ class CallFacts:
     condition: str = ""  # escalates auto to approve when true
     arguments: Mapping[str, Any] | None = None  # None: a dry run before any call (offering the tool)
     tainted: bool = False  # the run has read untrusted content
+    open_world: bool = False  # the tool reaches the open internet (fetch, search): its arguments can carry data out
+    taint_source: str = ""  # what tainted the run ("the result of web.fetch (call 3f2a...)"), for the reason
     standing_approval: bool = False  # a person's standing approval matches this call
 
 
@@ -101,8 +103,16 @@ def _human_required(f: CallFacts) -> list[tuple[str, str]]:
     if f.risk == "write" and f.trust_tier not in ("official", "internal"):
         holds.append(("third_party_write", f"{f.tool} writes to a third-party server: a person approves every call."))
     if f.tainted and f.risk in WRITES:
-        holds.append(("tainted", "This run has read untrusted content, so every write needs a person."))
+        holds.append(("tainted", f"This run has read untrusted content{_source(f)}, so every write needs a person."))
+    if f.tainted and f.open_world:
+        holds.append(("tainted_open_world", f"This run has read untrusted content{_source(f)}, and {f.tool} reaches "
+                                            "the open internet, so a person approves each call (its arguments could "
+                                            "carry data out)."))
     return holds
+
+
+def _source(f: CallFacts) -> str:
+    return f" ({f.taint_source})" if f.taint_source else ""
 
 
 def _grant_holds(f: CallFacts) -> list[tuple[str, str]]:

@@ -15,6 +15,7 @@ from apps.agents.models import Agent, AgentVersion, LlmConnection, ToolGrant
 from apps.agents.policy import CallFacts, PolicyDecision, decide
 from apps.agents.prompts import compose_system_prompt
 from apps.core.errors import NotFound
+from apps.registry.definitions import reaches_open_world
 from apps.registry.models import Tool
 
 
@@ -92,7 +93,8 @@ def call_facts(grant: ToolGrant, *, arguments: dict[str, Any] | None = None, tai
     tool = grant.tool
     return CallFacts(tool=tool.qualified_name, risk=tool.risk, state=tool.state, pinned=tool.is_pinned,
                      trust_tier=tool.server.trust_tier, grant=grant.policy, condition=grant.condition,
-                     arguments=arguments, tainted=tainted)
+                     arguments=arguments, tainted=tainted,
+                     open_world=reaches_open_world(tier=tool.server.trust_tier, annotations=tool.annotations))
 
 
 @dataclass(frozen=True)
@@ -100,6 +102,21 @@ class EffectivePermission:
     grant: ToolGrant
     now: PolicyDecision  # a call in a clean run, before arguments are known
     tainted: PolicyDecision  # the same call after the run has read untrusted content
+
+    @property
+    def taints(self) -> str:
+        """Whether this tool's results taint a run by where they come from, and why ('' when not)."""
+        tool = self.grant.tool
+        open_world = reaches_open_world(tier=tool.server.trust_tier, annotations=tool.annotations)
+        if not (tool.server.trust_tier == "third_party" or open_world):
+            return ""
+        if tool.trusted_output or tool.server.trusted_output:
+            return ""
+        return "Its results are content Airlock does not control: reading one taints the run."
+
+    @property
+    def trusted_output(self) -> bool:
+        return self.grant.tool.trusted_output or self.grant.tool.server.trusted_output
 
 
 def effective_permissions(agent: Agent) -> list[EffectivePermission]:

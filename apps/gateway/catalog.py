@@ -19,6 +19,7 @@ import mcp.types as types
 from apps.agents.models import Agent, ToolGrant
 from apps.agents.policy import CallFacts, decide
 from apps.registry.connection import ServerSpec, spec_for
+from apps.registry.definitions import reaches_open_world
 from apps.registry.models import McpServer, TrustTier
 from apps.registry.schemas import arguments_problem, input_validator
 
@@ -41,6 +42,7 @@ class GrantedTool:
     trust_tier: str
     definition_hash: str
     open_world: bool
+    trusted_output: bool  # an admin vouches for its results (McpServer/Tool.trusted_output)
     grant: str
     condition: str
     wire: types.Tool | None  # the definition listed to clients; None when not offered
@@ -49,12 +51,12 @@ class GrantedTool:
     def facts(self, *, arguments: dict[str, Any] | None, tainted: bool) -> CallFacts:
         return CallFacts(tool=self.qualified_name, risk=self.risk, state=self.state, pinned=self.pinned,
                          trust_tier=self.trust_tier, grant=self.grant, condition=self.condition,
-                         arguments=arguments, tainted=tainted)
+                         arguments=arguments, tainted=tainted, open_world=self.open_world)
 
     @property
     def untrusted_output(self) -> bool:
-        """Reading its result taints the session (every later write needs a person)."""
-        return self.trust_tier == TrustTier.THIRD_PARTY or self.open_world
+        """Reading its result taints the session (every later write and open-world read needs a person)."""
+        return (self.trust_tier == TrustTier.THIRD_PARTY or self.open_world) and not self.trusted_output
 
     def snapshot(self) -> dict[str, Any]:
         """The run snapshot's shape for a tool (what the approval and trace pages read)."""
@@ -62,7 +64,7 @@ class GrantedTool:
                 "qualified_name": self.qualified_name, "description": self.description,
                 "input_schema": self.input_schema, "risk": self.risk, "state": self.state, "pinned": self.pinned,
                 "trust_tier": self.trust_tier, "definition_hash": self.definition_hash,
-                "open_world": self.open_world}
+                "open_world": self.open_world, "trusted_output": self.trusted_output}
 
 
 @dataclass
@@ -94,12 +96,6 @@ def _annotations(tool: Any, trust_tier: str) -> types.ToolAnnotations:
         "destructiveHint": tool.risk == "dangerous"})
 
 
-def _open_world(tool: Any, trust_tier: str) -> bool:
-    annotations = tool.annotations or {}
-    claimed = bool(annotations.get("openWorldHint", annotations.get("open_world_hint", False)))
-    return claimed and trust_tier != TrustTier.INTERNAL
-
-
 def load_view(agent_id: str) -> AgentView:
     """The agent's view, from the database (sync; run it off the event loop)."""
     agent = Agent.objects.filter(id=agent_id).only("id", "name", "enabled", "org_id").first()
@@ -118,7 +114,8 @@ def load_view(agent_id: str) -> AgentView:
             server_name=server.name, name=tool.name, description=tool.description,
             input_schema=tool.input_schema or {}, risk=tool.risk, state=state, pinned=tool.is_pinned,
             trust_tier=server.trust_tier, definition_hash=tool.definition_hash,
-            open_world=_open_world(tool, server.trust_tier), grant=grant.policy, condition=grant.condition,
+            open_world=reaches_open_world(tier=server.trust_tier, annotations=tool.annotations),
+            trusted_output=tool.trusted_output or server.trusted_output, grant=grant.policy, condition=grant.condition,
             wire=None, validator=input_validator(tool.input_schema))
         offered = agent.enabled and decide(granted.facts(arguments=None, tainted=False)).offered
         if offered:

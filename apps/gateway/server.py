@@ -59,6 +59,7 @@ from apps.gateway import catalog, changes, ledger, ratelimit, selectors
 from apps.gateway.catalog import AgentView, GrantedTool
 from apps.gateway.downstream import LoopPool
 from apps.gateway.ledger import CallRecord, GatewayActor, SessionRef
+from apps.registry.arguments import url_problem
 from apps.registry.pool import ToolCallFailed, ToolCallResult, ToolCallTimeout
 from apps.registry.scanner import scan_text
 from apps.runs.engine.hashing import args_hash
@@ -342,6 +343,9 @@ class Gateway:
             if problem:
                 decision = PolicyDecision("deny", f"The arguments do not match the tool's input schema: {problem}",
                                           "invalid_arguments")
+        egress = url_problem(arguments) if decision.decision != "deny" else ""
+        if egress:  # the engine's rule (apps.registry.arguments): no tool is sent to a refused address
+            decision = PolicyDecision("deny", f"Refused by the egress rules: {egress}", "argument_egress")
         if decision.decision == "deny":
             now = timezone.now()
             self._record(session, identity, actor, {
@@ -473,7 +477,8 @@ class Gateway:
             facts = CallFacts(tool=row.qualified_name, risk=live.risk,
                               state=live.state if live.server.enabled else "disabled", pinned=live.is_pinned,
                               trust_tier=live.server.trust_tier, grant=tool.grant, condition=tool.condition,
-                              arguments=row.effective_arguments, tainted=session.tainted)
+                              arguments=row.effective_arguments, tainted=session.tainted,
+                              open_world=tool.open_world)
             decision = decide(facts)
             if decision.decision == "deny":
                 reason, rule = decision.reason, decision.rule
@@ -530,9 +535,8 @@ class Gateway:
             data = await self.pool.aread_resource(spec, uri, spec.timeout_s)
         except ToolCallFailed as exc:
             raise MCPError(-32603, await _db(redact_outside, str(exc), org_id=spec.org_id)) from None
-        if spec.trust_tier == "third_party":
-            session = await self.session(ctx, identity)
-            session.tainted = True
+        session = await self.session(ctx, identity)  # a resource is content, whoever serves it: it taints
+        session.tainted = True
         return types.ReadResourceResult.model_validate(data)
 
     async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:

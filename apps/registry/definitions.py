@@ -50,6 +50,23 @@ def classify_risk(*, tier: str, annotations: dict[str, Any] | None) -> tuple[str
     return Risk.WRITE, RiskSource.ANNOTATIONS
 
 
+def reaches_open_world(*, tier: str, annotations: dict[str, Any] | None) -> bool:
+    """Whether a tool talks to the open world (the web, a public search), so that its results are content
+    nobody vouches for and its arguments can carry data out.
+
+    MCP's own default for a tool without `openWorldHint` is true. A third-party server's claims are not
+    believed (always open world); an official server's are, with MCP's default; an internal server's tools
+    are closed unless they say otherwise (your own team's code, reaching your own systems).
+    """
+    annotations = annotations or {}
+    claimed = annotations.get("openWorldHint", annotations.get("open_world_hint"))
+    if tier == TrustTier.THIRD_PARTY:
+        return True
+    if tier == TrustTier.INTERNAL:
+        return claimed is True
+    return claimed is not False
+
+
 def server_name_error(name: str) -> str | None:
     if not SERVER_NAME_RE.match(name or ""):
         return SERVER_NAME_RULE

@@ -80,6 +80,9 @@ class McpServer(TenantModel):
     trust_tier = models.CharField(max_length=20, choices=TrustTier.choices)
     enabled = models.BooleanField(default=True)
     timeout_s = models.PositiveIntegerField(default=30)
+    # An admin vouches for what this server's tools return: their results do not taint a run by provenance
+    # (a scanner finding still does). Audited (`server.trusted_output_changed`), shown on the server page.
+    trusted_output = models.BooleanField(default=False)
     # What the last sync found
     status = models.CharField(max_length=10, choices=ServerStatus.choices, default=ServerStatus.NEW)
     protocol_version = models.CharField(max_length=20, blank=True)
@@ -132,6 +135,7 @@ class Tool(TenantModel):
     pinned_at = models.DateTimeField(null=True, blank=True)
     pinned_by = models.CharField(max_length=200, blank=True)
     findings = models.JSONField(default=list, blank=True)  # [{"code", "severity", "where", "message"}]
+    trusted_output = models.BooleanField(default=False)  # as McpServer.trusted_output, for this tool only
     first_seen_at = models.DateTimeField(auto_now_add=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
 

@@ -205,6 +205,37 @@ def delete_server(*, actor: Actor, server_id: UUID | str) -> None:
     publish_after_commit(org_group(actor.org_id), "server.deleted", server_id=str(server_id))
 
 
+def set_trusted_output(*, actor: Actor, trusted: bool, server_id: UUID | str | None = None,
+                       tool_id: UUID | str | None = None) -> McpServer | Tool:
+    """An admin vouches (or stops vouching) for what a server's tools, or one tool, return: trusted output
+    does not taint a run by where it came from (a scanner finding in it still does).
+
+    Writes McpServer or Tool + `server.trusted_output_changed` / `tool.trusted_output_changed` audit.
+    Raises PermissionDenied, NotFound, ValidationFailed (neither or both of server_id and tool_id).
+    """
+    actor.require("servers.manage")
+    if (server_id is None) == (tool_id is None):
+        raise ValidationFailed("Name either a server or a tool to trust the output of.",
+                               {"target": "Give a server or a tool."})
+    with transaction.atomic():
+        if server_id is not None:
+            target: McpServer | Tool = McpServer.objects.select_for_update().get(
+                pk=selectors.get_server(org_id=actor.org_id, server_id=server_id).pk)
+            action, label = "server.trusted_output_changed", target.name
+        else:
+            target = Tool.objects.select_for_update().get(
+                pk=selectors.get_tool(org_id=actor.org_id, tool_id=tool_id).pk)
+            action, label = "tool.trusted_output_changed", target.qualified_name
+        if target.trusted_output != trusted:
+            audit.record(org_id=actor.org_id, actor=actor, action=action, target=target, target_label=label,
+                         data={"from": target.trusted_output, "to": trusted})
+            target.trusted_output = trusted
+            target.save(update_fields=["trusted_output", "updated_at"])
+    if tool_id is not None:
+        publish_after_commit(org_group(actor.org_id), "tool.changed", tool_id=str(target.id))
+    return target
+
+
 # --- sync ---------------------------------------------------------------------------------------
 
 @dataclass

@@ -49,6 +49,35 @@ def run_ledger(run: Run) -> QuerySet[ToolCall]:
     return ToolCall.objects.filter(run=run).select_related("step", "approval").order_by("step__position", "position")
 
 
+@dataclass(frozen=True)
+class TaintOrigin:
+    """What tainted a run: the reason, and the result that did it (shown to whoever reviews a held call)."""
+
+    reason: str
+    tool: str
+    call: ToolCall | None
+
+    @property
+    def excerpt(self) -> str:
+        text = ((self.call.result or {}).get("text", "") if self.call is not None else "") or ""
+        return text[:TAINT_EXCERPT] + ("…" if len(text) > TAINT_EXCERPT else "")
+
+
+TAINT_EXCERPT = 600
+
+
+def taint_origin(run: Run) -> TaintOrigin | None:
+    """The first `run.tainted` event of a tainted run, with the tool call whose result it names."""
+    if not run.tainted:
+        return None
+    event = RunEvent.objects.filter(run=run, type="run.tainted").order_by("seq").first()
+    if event is None:
+        return None
+    call_id = event.data.get("tool_call_id") or None
+    call = ToolCall.objects.filter(run=run, id=call_id).first() if call_id else None
+    return TaintOrigin(reason=event.data.get("reason", ""), tool=event.data.get("tool", ""), call=call)
+
+
 def get_tool_call(*, org_id: UUID | str, tool_call_id: UUID | str) -> ToolCall:
     try:
         return ToolCall.objects.select_related("run").get(org_id=org_id, id=tool_call_id)

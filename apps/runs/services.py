@@ -37,6 +37,7 @@ from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.rows import Columns, fetch
 from apps.costs import selectors as budgets
 from apps.crews import selectors as crews
+from apps.registry.definitions import reaches_open_world
 from apps.registry.models import Tool
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.engine.hashing import args_hash
@@ -123,13 +124,12 @@ def build_snapshot(crew: Any) -> dict[str, Any]:
 
 
 def tool_snapshot(tool: Tool) -> dict[str, Any]:
-    annotations = tool.annotations or {}
-    open_world = bool(annotations.get("openWorldHint", annotations.get("open_world_hint", False)))
     return {"id": str(tool.id), "server_id": str(tool.server_id), "server": tool.server.name, "name": tool.name,
             "qualified_name": tool.qualified_name, "description": tool.description, "input_schema": tool.input_schema,
             "risk": tool.risk, "state": tool.state, "pinned": tool.is_pinned, "trust_tier": tool.server.trust_tier,
             "definition_hash": tool.definition_hash,
-            "open_world": open_world and tool.server.trust_tier != "internal"}
+            "open_world": reaches_open_world(tier=tool.server.trust_tier, annotations=tool.annotations),
+            "trusted_output": tool.trusted_output or tool.server.trusted_output}
 
 
 def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | None = None,

@@ -120,6 +120,8 @@ class PermissionOut(Schema):
     reason: str
     decision_when_tainted: str
     reason_when_tainted: str
+    taints_run: str  # why reading its result taints a run, '' when it does not
+    trusted_output: bool  # an admin vouches for its output (server or tool)
 
 
 class PromptOut(Schema):
@@ -180,7 +182,8 @@ def effective_permissions(request, agent_id: UUID):
     agent = selectors.get_agent(org_id=request.auth.org_id, agent_id=agent_id)
     return [{"tool": p.grant.tool.qualified_name, "policy": p.grant.policy, "condition": p.grant.condition,
              "decision": p.now.decision, "reason": p.now.reason, "decision_when_tainted": p.tainted.decision,
-             "reason_when_tainted": p.tainted.reason} for p in selectors.effective_permissions(agent)]
+             "reason_when_tainted": p.tainted.reason, "taints_run": p.taints, "trusted_output": p.trusted_output}
+            for p in selectors.effective_permissions(agent)]
 
 
 @router.get("/{agent_id}/prompt", response=PromptOut)

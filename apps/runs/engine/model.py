@@ -28,17 +28,20 @@ IDEMPOTENCY_ARGS = ("idempotency_key", "request_id")
 
 
 def facts(tool: dict[str, Any] | None, grant: dict[str, Any] | None, *, name: str, arguments: dict | None,
-          tainted: bool, live: Any = None, standing_approval: bool = False) -> CallFacts:
+          tainted: bool, live: Any = None, standing_approval: bool = False, taint_source: str = "") -> CallFacts:
     """CallFacts from the snapshot, overlaid with the registry's live state when given (dispatch)."""
     tool = tool or {}
     state, pinned, risk, tier = tool.get("state", "removed"), tool.get("pinned", False), tool.get("risk", "write"), \
         tool.get("trust_tier", "third_party")
+    open_world = tool.get("open_world", True)
     if live is not None:
         state, risk, tier = live.state, live.risk, live.server.trust_tier
         pinned = live.is_pinned and live.definition_hash == tool.get("definition_hash")
+        open_world = open_world or tier == "third_party"  # annotations are pinned: only the tier can change
     return CallFacts(tool=name, risk=risk, state=state, pinned=pinned, trust_tier=tier,
                      grant=(grant or {}).get("policy"), condition=(grant or {}).get("condition", ""),
-                     arguments=arguments, tainted=tainted, standing_approval=standing_approval)
+                     arguments=arguments, tainted=tainted, standing_approval=standing_approval,
+                     open_world=open_world, taint_source=taint_source)
 
 
 def offered_tools(agent: dict[str, Any], tools: dict[str, dict[str, Any]], *, tainted: bool) -> dict[str, str]:

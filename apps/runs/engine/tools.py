@@ -15,11 +15,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
 from apps.agents.policy import decide
 from apps.agents.prompts import wrap_tool_output
+from apps.registry.arguments import copied_from, url_problem
 from apps.registry.pool import PendingCall, ToolCallFailed, ToolCallTimeout, call_spec, call_tool, pool
 from apps.registry.scanner import scan_text
 from apps.registry.schemas import arguments_problem, input_validator
@@ -98,17 +100,23 @@ def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> Decide
     if store.count_same_calls(row) >= REPEAT_LIMIT:
         raise StopRun("limit_exceeded", f"Loop: {row.qualified_name} was called again with the same arguments "
                                         f"({REPEAT_LIMIT} times already).", "limit")
+    refusal = argument_refusal(store, row)
+    if refusal is not None:
+        store.decide_call(row, state=CallState.DENIED, decision="deny", rule=refusal[0], reason=refusal[1],
+                          error_class="permission")
+        return
     tool = tools.get(row.qualified_name)
     grant = next((g for g in agent.get("grants", []) if g["tool"] == row.qualified_name), None)
     live = store.live_tool(row.qualified_name) if tool else None
     decision = decide(facts(tool, grant, name=row.qualified_name, arguments=row.arguments, tainted=run.tainted,
-                            live=live))
+                            live=live, taint_source=store.taint_source()))
     standing = None
     if decision.decision == "hold" and tool:  # only a hold can be lifted by a person's standing approval
         standing = store.standing_approval(agent=agent, tool=tool, arguments=row.arguments)
         if standing is not None:
             decision = decide(facts(tool, grant, name=row.qualified_name, arguments=row.arguments,
-                                    tainted=run.tainted, live=live, standing_approval=True))
+                                    tainted=run.tainted, live=live, standing_approval=True,
+                                    taint_source=store.taint_source()))
     if decision.decision == "deny":
         store.decide_call(row, state=CallState.DENIED, decision="deny", rule=decision.rule, reason=decision.reason,
                           error_class="permission")
@@ -119,8 +127,15 @@ def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> Decide
                           reason=f"The arguments do not match the tool's input schema: {problem}",
                           error_class="validation")
         return
+    copied = copied_from(row.arguments, store.untrusted_texts()) if run.tainted else []
+    if copied:
+        store.event("tool.finding", tool_call_id=str(row.id), tool=row.qualified_name, findings=[
+            {"code": "copied_from_untrusted", "severity": "medium",
+             "message": f"Arguments copied from the untrusted content this run read: {', '.join(copied)}."}])
     if decision.decision == "hold":
-        store.hold_call(row, rule=decision.rule, reason=decision.reason, tool=tool, turn=turn)
+        reason = decision.reason + (f" These arguments carry text copied from that content: {', '.join(copied)}."
+                                    if copied else "")
+        store.hold_call(row, rule=decision.rule, reason=reason, tool=tool, turn=turn)
         return
     reason = decision.reason
     if decision.rule == "standing_approval" and standing:
@@ -129,6 +144,19 @@ def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> Decide
                    fields={"decision": "allow", "rule": decision.rule, "reason": reason, "decided_at": timezone.now()},
                    event="tool.decided", event_data={"decision": "allow", "state": CallState.APPROVED,
                                                      "rule": decision.rule, "reason": reason})
+
+
+def argument_refusal(store: Any, row: Any) -> tuple[str, str] | None:
+    """(rule, reason) when a call is refused for its arguments or its count, before any policy: a URL to an
+    address the egress rules refuse (apps.registry.arguments), or the run's limit on calls of one tool."""
+    problem = url_problem(row.arguments)
+    if problem:
+        return "argument_egress", f"Refused by the egress rules: {problem}"
+    per_tool = settings.AIRLOCK_RUN_CALLS_PER_TOOL
+    if store.count_tool_calls(row.qualified_name) >= per_tool:
+        return "rate_limited", (f"Rate limit: {row.qualified_name} was already called {per_tool} times in this "
+                                f"run, its limit (AIRLOCK_RUN_CALLS_PER_TOOL).")
+    return None
 
 
 VALIDATORS_KEPT = 256
@@ -202,7 +230,10 @@ def dispatch(store: Any, *, agent: dict[str, Any], row: Any, decided: Decided | 
     standing = (row.rule == "standing_approval" and tool is not None
                 and store.standing_approval(agent=agent, tool=tool, arguments=arguments) is not None)
     decision = decide(facts(tool, grant, name=row.qualified_name, arguments=arguments, tainted=run.tainted,
-                            live=live, standing_approval=standing))
+                            live=live, standing_approval=standing, taint_source=store.taint_source()))
+    problem = url_problem(arguments)  # the approved arguments may have been edited by a person
+    if problem:
+        decision = type(decision)("deny", f"Refused by the egress rules: {problem}", "argument_egress")
     approved_by_person = row.approval_id is not None
     if live is not None and row.approval_id and live.definition_hash != (store.approval(row).definition_hash or
                                                                          live.definition_hash):
@@ -290,9 +321,24 @@ def _dispatched(store: Any, *, agent: dict[str, Any], tool: dict[str, Any] | Non
         store.event("tool.finding", tool_call_id=str(row.id), tool=row.qualified_name,
                     findings=[{"code": f["code"], "severity": f["severity"], "message": f["message"]}
                               for f in findings])
-        store.taint(f"The result of {row.qualified_name} looks like it carries instructions.")
-    elif tool and (tool.get("trust_tier") == "third_party" or tool.get("open_world")):
-        store.taint(f"{row.qualified_name} returns untrusted content.")
+    source = taint_by(store, tool=tool, row=row, flagged=bool(findings))
+    if source:
+        store.read_untrusted(payload.get("text", ""))
+        store.taint(source, tool_call_id=str(row.id), tool=row.qualified_name)
+
+
+def taint_by(store: Any, *, tool: dict[str, Any] | None, row: Any, flagged: bool) -> str:
+    """Why this result taints the run ('' when it does not): flagged by the scanner, or read from content
+    Airlock does not control (a third-party server, an open-world tool), unless an admin trusts its output.
+    Provenance is the first line: an injection the scanner misses still taints the run."""
+    call = f"the result of {row.qualified_name} (call {str(row.id)[:8]})"
+    if flagged:
+        return f"{call} looks like it carries instructions"
+    if tool is None or not (tool.get("trust_tier") == "third_party" or tool.get("open_world")):
+        return ""
+    live = store.live_tool(row.qualified_name)
+    trusted = (live.trusted_output or live.server.trusted_output) if live is not None else tool.get("trusted_output")
+    return "" if trusted else f"{call} is content Airlock does not control"
 
 
 def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any],

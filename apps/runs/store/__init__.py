@@ -39,7 +39,7 @@ from apps.notifications.services import notify
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.events import Totals, publish_status, send_events
 from apps.runs.lease import LeaseHeartbeat, lease_seconds
-from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolCall
+from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
 from apps.runs.outcome import writes_not_done
 from apps.runs.store.ledger import Ledger
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
@@ -61,6 +61,9 @@ __all__ = ["RunStore", "dump_messages", "lease_seconds", "load_messages", "lock_
 Deferred = Callable[[], Callable[[], None] | None]
 
 _APPEND_MESSAGES_SQL = "UPDATE runs_runstep SET messages = messages || %s::jsonb, updated_at = %s WHERE id = %s"
+
+
+UNTRUSTED_KEPT = 256 * 1024  # characters of untrusted results kept per run for the copied-argument check
 
 
 class RunStore(Ledger):
@@ -265,11 +268,42 @@ class RunStore(Ledger):
         with self.atomic():
             self._events.append((type, data))
 
-    def taint(self, reason: str) -> None:
+    def taint(self, source: str, *, tool_call_id: str = "", tool: str = "") -> None:
+        """Marks the run tainted (from now on every write and open-world read waits for a person). `source`:
+        what it read, as a phrase for the holds' reasons ("the result of web.fetch (call 3f2a9c1e)")."""
         if not self.run.tainted:
             with self.atomic():
                 self.save_state(tainted=True)
-                self.event("run.tainted", reason=reason)
+                self.event("run.tainted", reason=source, tool_call_id=tool_call_id, tool=tool)
+            self._taint_source = source
+
+    def untrusted_texts(self) -> list[str]:
+        """The text of every untrusted result this run has read (capped), to tell which arguments were copied
+        from it. Read once per store, then kept current by `read_untrusted`."""
+        if getattr(self, "_untrusted", None) is None:
+            self._untrusted = []
+            if self.run.tainted:
+                tools = self.run.snapshot.get("tools", {})
+                for name, result, findings in ToolCall.objects.filter(run_id=self.run_id, result__isnull=False) \
+                        .values_list("qualified_name", "result", "findings"):
+                    tool = tools.get(name) or {}
+                    if findings or tool.get("trust_tier") == "third_party" or tool.get("open_world"):
+                        self.read_untrusted((result or {}).get("text", ""))
+        return self._untrusted
+
+    def read_untrusted(self, text: str) -> None:
+        kept = self.untrusted_texts()
+        if text and sum(map(len, kept)) < UNTRUSTED_KEPT:
+            kept.append(text[:UNTRUSTED_KEPT])
+
+    def taint_source(self) -> str:
+        """What tainted the run (the `run.tainted` event's reason), '' when it is clean; read once per store."""
+        if not self.run.tainted:
+            return ""
+        if getattr(self, "_taint_source", None) is None:
+            event = RunEvent.objects.filter(run_id=self.run_id, type="run.tainted").order_by("seq").first()
+            self._taint_source = (event.data.get("reason", "") if event else "")[:300]
+        return self._taint_source
 
     def redact_outside(self, text: str) -> str:
         """Text from a provider or an MCP server, safe to store: the org's secrets (read now, as they are now)

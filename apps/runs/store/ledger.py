@@ -63,6 +63,10 @@ class Ledger:
     def count_calls(self) -> int:
         return sum(self._decided_calls().values())
 
+    def count_tool_calls(self, qualified_name: str) -> int:
+        """Earlier calls of this run of one tool, whatever their arguments."""
+        return sum(n for (name, _), n in self._decided_calls().items() if name == qualified_name)
+
     def count_same_calls(self, row: ToolCall) -> int:
         """Earlier calls of this run with the same tool and argument hash (`row` itself is still proposed)."""
         return self._decided_calls()[(row.qualified_name, row.args_hash)]

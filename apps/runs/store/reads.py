@@ -15,7 +15,8 @@ from apps.registry.pool import LIVE_SERVER_FIELDS
 from apps.runs.models import Run, RunStep, ToolCall
 
 APPROVAL_TTL = timedelta(hours=24)
-LIVE_TOOL_FIELDS = ("id", "org_id", "qualified_name", "state", "risk", "definition_hash", "pinned_hash", "server")
+LIVE_TOOL_FIELDS = ("id", "org_id", "qualified_name", "state", "risk", "definition_hash", "pinned_hash", "server",
+                    "trusted_output")
 
 
 # The two reads of every engine step, as SQL built once per process from the models (apps/core/rows.py).

@@ -134,7 +134,8 @@ def run_summary(request: ApprovalRequest) -> dict[str, Any] | None:
         return None
     ledger = list(runs.run_ledger(run))
     findings = [f for row in ledger for f in (row.findings or [])]
-    return {"run": run, "last_steps": ledger[-LAST_STEPS:], "findings": findings, "tainted": run.tainted}
+    return {"run": run, "last_steps": ledger[-LAST_STEPS:], "findings": findings, "tainted": run.tainted,
+            "taint": runs.taint_origin(run)}
 
 
 def item_context(request: ApprovalRequest, actor: Actor, *, values: dict[str, str] | None = None,
