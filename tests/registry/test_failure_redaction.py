@@ -31,3 +31,16 @@ def test_a_crash_that_prints_the_orgs_secrets_is_stored_without_them(actor, tmp_
     for text in (server.last_error, str(list(audited))):
         assert llm_key not in text and own_token not in text
         assert "[redacted]" in text
+
+
+def test_no_piece_of_a_secret_is_left_where_the_servers_output_is_cut(actor, tmp_path):
+    llm_key = f"cnry-{secrets.token_hex(14)}"
+    agent_services.create_connection(actor=actor, name="Shared key", provider="openai_compatible",
+                                     base_url="http://127.0.0.1:9/v1", api_key=llm_key)
+    config = tmp_path / "upstream.ini"
+    config.write_text(f"upstream {llm_key} " + "z" * 580)  # the last 600 characters start inside the key
+    server = register_python(actor, "dumpy", "config_dump_on_start.py", env={"CONFIG_FILE": str(config)})
+    services.sync_server(actor=actor, server_id=server.id)
+    server.refresh_from_db()
+    assert "z" * 500 in server.last_error
+    assert llm_key[-12:] not in server.last_error
