@@ -233,11 +233,11 @@ def _run_async(make_coroutine):
         return pool.submit(lambda: asyncio.run(make_coroutine())).result()
 
 
-ANSWER_CHARS = 300  # of a receiver's error answer kept in `last_error` (what it says is wrong)
+ANSWER_READ_CHARS = 20_000  # of a receiver's answer; `last_error` keeps its start, cut only after redaction
 
 
 async def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
-    """(HTTP status, the start of the answer's text)."""
+    """(HTTP status, the answer's text on one line)."""
     import httpx2
 
     from apps.registry.egress import guarded_transport
@@ -245,7 +245,7 @@ async def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, st
     async with httpx2.AsyncClient(transport=guarded_transport(), timeout=TIMEOUT_S, follow_redirects=False,
                                   trust_env=False) as client:
         response = await client.post(url, content=body, headers=headers)
-        return response.status_code, " ".join(response.text[:ANSWER_CHARS * 4].split())[:ANSWER_CHARS]
+        return response.status_code, " ".join(response.text[:ANSWER_READ_CHARS].split())
 
 
 def retry_due_deliveries() -> int:

@@ -265,7 +265,9 @@ def describe_error(exc: BaseException, *, spec: ServerSpec, stderr: str = "", ht
     else:
         message = _explain(leaf, spec)
     if stderr and spec.transport == Transport.STDIO:
-        message += f"\nServer output: {stderr[-600:]}"
+        # a word cut in two at the front could be the tail of a secret, which no value match would find
+        tail = stderr if len(stderr) <= 600 else stderr[-600:].split(maxsplit=1)[-1]
+        message += f"\nServer output: {tail}"
     # The server's own secrets, in any spelling, and credential shapes; the caller that knows the organisation
     # masks its other secrets too (`apps.audit.org_secrets`): this runs on the pool's loop, without a database.
     return redact_text(message, values_pattern(spec.secret_values))[:2000]
