@@ -30,9 +30,10 @@ from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
-from django.db import close_old_connections, transaction
+from django.db import InterfaceError, OperationalError, close_old_connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -52,6 +53,9 @@ FLUSH_MAX = 200
 SESSION_IDLE = timedelta(minutes=30)
 POSITION_WRAP = 30000  # ToolCall.position is a small integer; order within a step is by time anyway
 PUBLISH_PER_RUN = 20  # live trace notices per run per batch (pages re-read the rest)
+RETRY_FIRST_S = 0.2  # a batch the database cannot take is retried after this, doubling up to RETRY_MAX_S
+RETRY_MAX_S = 5.0
+STOP_WAIT_S = 30.0  # a stop waits this long for the database, then spools what is left
 
 
 @dataclass(frozen=True)
@@ -225,6 +229,12 @@ class LedgerWriter:
     is restarted and gets the unacknowledged batch again, marked as a resend (records already
     committed are skipped: their ids are chosen here). If no writer process can be started, the
     shipper commits the batch itself (the old in-process path).
+
+    No record is ever dropped: a batch the database cannot take is retried with backoff until it
+    is stored (the shipper waits, the next batches collect meanwhile). Each batch is in a spool
+    file (`spool_dir()`) from before it is sent until it is acknowledged, and a stop that cannot
+    store everything within `STOP_WAIT_S` leaves the rest there; the next gateway to start sends
+    spool files of gateways that are gone again, as resends.
     """
 
     def __init__(self, *, use_process: bool = True) -> None:
@@ -258,9 +268,11 @@ class LedgerWriter:
         self._wake.set()
         if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout)
-        if self._records:  # the shipper could not finish in time: commit here rather than lose them
-            self._flush_with_retry(self._drain(len(self._records)))
-        self._close_child(timeout=5)
+        if self._records:  # the shipper could not finish in time: commit here, or spool, rather than lose them
+            left = write_batch(self._drain(len(self._records)), give_up_at=time.monotonic() + STOP_WAIT_S)
+            if left:
+                spool(left)
+        self._close_child(timeout=5)  # a batch the writer is still retrying stays in its spool file
 
     @property
     def idle(self) -> bool:
@@ -286,6 +298,7 @@ class LedgerWriter:
     def _run(self) -> None:
         if self._use_process:
             self._spawn()  # Django's start-up in the writer overlaps with the first batch's collection
+        self._replay_spool()
         while True:
             if not self._wake.wait(timeout=5):
                 if self._child is None:
@@ -304,12 +317,28 @@ class LedgerWriter:
             if self._stopping and not self._records:
                 return
 
-    def _ship(self, batch: list[CallRecord]) -> None:
+    def _replay_spool(self) -> None:
+        for path in spooled():
+            try:
+                batch = pickle.loads(path.read_bytes())  # noqa: S301 (written by a gateway of this installation)
+            except (OSError, EOFError, pickle.UnpicklingError):
+                logger.exception("gateway ledger: cannot read the spool file %s; left in place", path)
+                continue
+            logger.warning("gateway ledger: storing %s call records a stopped gateway left in %s", len(batch), path)
+            self._ship(batch, resend=True)
+            path.unlink(missing_ok=True)
+
+    def _ship(self, batch: list[CallRecord], *, resend: bool = False) -> None:
+        kept = spool(batch)
+        if self._send(batch, resend=resend):
+            kept.unlink(missing_ok=True)
+
+    def _send(self, batch: list[CallRecord], *, resend: bool) -> bool:
+        """True once the batch is stored; False when a stop cut it short (it stays in its spool file)."""
         from apps.gateway.ledger_process import ACK, HEADER
 
         self._batches += 1
         body = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
-        resend = False
         while self._use_process and self._failures < 3:
             child = self._child if self._child is not None and self._child.poll() is None else self._spawn()
             if child is None:
@@ -323,19 +352,25 @@ class LedgerWriter:
                 ack = b""
             if len(ack) == ACK.size and ACK.unpack(ack)[0] == self._batches:
                 self._failures = 0
-                return
+                return True
+            if self._stopping:
+                return False  # the stop ended a writer still waiting for the database
             logger.error("gateway ledger: the writer process stopped (exit %s); restarting it and sending "
                          "its last batch again", child.poll())
             self._kill_child()
             self._failures += 1
             resend = True
         self._flush_with_retry(batch, resend=resend)
+        return True
 
     def _spawn(self) -> subprocess.Popen | None:
         self._kill_child()
         try:
+            # One thread, one connection: no pool (a pool's wait for a connection hid an outage from
+            # the retries for its whole timeout).
             self._child = subprocess.Popen([sys.executable, "-m", "apps.gateway.ledger_process"],
-                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=_project_root())
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=_project_root(),
+                                           env={**os.environ, "AIRLOCK_DB_POOL": "0"})
         except OSError:
             logger.exception("gateway ledger: cannot start the writer process; committing in this process")
             self._failures += 1
@@ -361,7 +396,7 @@ class LedgerWriter:
             child.wait()
 
     def _flush_with_retry(self, batch: list[CallRecord], *, resend: bool = False) -> None:
-        write_batch(batch, resend=resend)
+        write_batch(batch, resend=resend)  # retries until stored: it never gives up here
 
 
 def _project_root() -> str:
@@ -370,20 +405,93 @@ def _project_root() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(apps.__file__)))
 
 
-def write_batch(batch: list[CallRecord], *, resend: bool = False) -> None:
-    """Commits one batch (three tries, then it is logged and given up). `resend`: the batch may have
-    been committed already by a writer that died before acknowledging it; skip what is stored."""
-    for attempt in range(3):
+def write_batch(batch: list[CallRecord], *, resend: bool = False, give_up_at: float | None = None) -> list[CallRecord]:
+    """Commits one batch, retrying with backoff while the database does not answer, for as long as
+    it takes (or until `give_up_at`, a monotonic time, at a stop). Returns the records not stored
+    (empty unless it gave up): the caller keeps them (`spool`). A record the database refuses for
+    itself (not a lost connection) is set aside in the dead-letter file, never dropped.
+
+    `resend`: the batch may have been committed already (by a writer that died before its
+    acknowledgement, or an attempt whose commit's answer was lost); what is stored is skipped."""
+    delay, attempt = RETRY_FIRST_S, 0
+    while batch:
+        attempt += 1
         try:
-            if resend:
+            if resend or attempt > 1:
                 batch = unwritten(batch)
             flush(batch)
-            return
+            return []
+        except (OperationalError, InterfaceError) as exc:  # the database is away: wait for it
+            (logger.exception if attempt <= 3 else logger.warning)(
+                "gateway ledger: %s calls not stored yet (attempt %s: %s); retrying in %.1f s",
+                len(batch), attempt, type(exc).__name__, delay)
         except Exception:
-            logger.exception("gateway ledger flush failed (attempt %s, %s calls)", attempt + 1, len(batch))
-            close_old_connections()
-            time.sleep(0.2 * (attempt + 1))
-    logger.error("gateway ledger: dropped %s call records after 3 failed flushes", len(batch))
+            logger.exception("gateway ledger: a batch of %s calls was refused; storing its calls one by one",
+                             len(batch))
+            close_connections()
+            return _write_one_by_one(batch, give_up_at=give_up_at)
+        close_connections()
+        if give_up_at is not None and time.monotonic() + delay > give_up_at:
+            logger.error("gateway ledger: stopping with %s calls not stored; kept in the spool", len(batch))
+            return batch
+        time.sleep(delay)
+        delay = min(delay * 2, RETRY_MAX_S)
+    return []
+
+
+def _write_one_by_one(batch: list[CallRecord], *, give_up_at: float | None) -> list[CallRecord]:
+    left: list[CallRecord] = []
+    for record in batch:
+        try:
+            flush(unwritten([record]))
+        except (OperationalError, InterfaceError):
+            close_connections()
+            left += write_batch([record], resend=True, give_up_at=give_up_at)
+        except Exception:
+            close_connections()
+            logger.exception("gateway ledger: call record %s refused; kept in the dead-letter spool", record.id)
+            spool([record], dead=True)
+    return left
+
+
+# --- the spool: batches kept on disk until they are stored ------------------------------------------
+
+def spool_dir() -> Path:
+    from django.conf import settings
+
+    return Path(settings.VAR_DIR) / "gateway-ledger"
+
+
+def spool(batch: list[CallRecord], *, dead: bool = False) -> Path:
+    """Writes records to a spool file (replayed by the next gateway to start; `dead`: for a person)."""
+    folder = spool_dir() / ("dead" if dead else "pending")
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{os.getpid()}-{uuid.uuid4().hex}.batch"
+    partial = path.with_suffix(".partial")
+    partial.write_bytes(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
+    os.replace(partial, path)
+    return path
+
+
+def spooled() -> list[Path]:
+    """Pending spool files left by gateway processes that are gone."""
+    folder = spool_dir() / "pending"
+    if not folder.is_dir():
+        return []
+    return sorted((p for p in folder.glob("*.batch") if not _alive(int(p.name.split("-", 1)[0]))),
+                  key=lambda p: p.stat().st_mtime)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return False  # this process's own files are from an earlier life (or handed to it)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def unwritten(batch: list[CallRecord]) -> list[CallRecord]:

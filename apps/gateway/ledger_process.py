@@ -49,6 +49,8 @@ def main() -> None:
     import django
 
     django.setup()
+    from django.db import close_old_connections
+
     from apps.gateway import ledger
 
     source = sys.stdin.buffer
@@ -62,6 +64,7 @@ def main() -> None:
             break
         ledger.write_batch(pickle.loads(body), resend=bool(resend))  # noqa: S301 (our own gateway, a pipe)
         out.write(ACK.pack(number))
+        close_old_connections()  # outside a request cycle: CONN_MAX_AGE and health checks apply only here
     ledger.close_connections()
 
 

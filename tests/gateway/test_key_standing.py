@@ -66,7 +66,7 @@ def test_the_next_call_on_an_open_session_is_refused_with_the_reason(gateway_url
             assert not first.is_error
             change(setup, creator, key)
             before = len(answers)
-            with pytest.raises(BaseException):  # noqa: B017 (the SDK reports an HTTP 401 as a generic error)
+            with pytest.raises(BaseException):  # the SDK reports an HTTP 401 as a generic error
                 await client.call_tool("orders.refund_order", {"order_id": "A-1003", "amount_cents": 700,
                                                                "request_id": f"refund-{number}"})
         method, status, body = answers[before]  # the answer to the refund's POST
