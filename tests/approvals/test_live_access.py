@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
 from apps.accounts import services as accounts
@@ -12,7 +10,7 @@ from apps.runs import services
 from tests.approvals.test_decisions import A1001
 from tests.factories import add_member
 from tests.processes import run_async
-from tests.web.test_realtime_access import Socket, closed, session_of
+from tests.web.test_realtime_access import Socket, closed, in_thread, session_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -28,7 +26,7 @@ def test_a_removed_members_run_page_socket_closes(desk, owner, live_url):
         page = Socket(live_url, f"/ws/run/{run.id}/?last_seq=0", cookie)
         await page.open()
         assert await page.wait_for(lambda s: len(s.frames) >= 1)  # the run's events so far
-        await asyncio.to_thread(accounts.remove_member, actor=member_actor(owner), member_id=member.id)
+        await in_thread(accounts.remove_member, actor=member_actor(owner), member_id=member.id)
         assert await page.wait_for(closed), "the run page's socket stayed open"
         return page.close_code
 

@@ -13,6 +13,7 @@ import pytest
 import websockets
 from channels.layers import channel_layers
 from django.conf import settings
+from django.db import connections
 from django.test import Client, override_settings
 
 from apps.accounts import services
@@ -122,8 +123,15 @@ def path_of(kind: str, org_id) -> str:
 
 
 async def in_thread(fn, *args, **kwargs):
-    """ORM work of the test (a service, a view through the test client) off the event loop."""
-    return await asyncio.to_thread(fn, *args, **kwargs)
+    """ORM work of the test (a service, a view through the test client) off the event loop, closing
+    the thread's database connection after it (else the test database cannot be dropped)."""
+    def call():
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            connections.close_all()
+
+    return await asyncio.to_thread(call)
 
 
 def publish_marker(org_id) -> None:
