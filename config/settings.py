@@ -12,9 +12,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("AIRLOCK_VAR_DIR", BASE_DIR / "var")).resolve()
@@ -184,18 +181,15 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 REDIS_URL = os.environ.get("REDIS_URL", "")
 EMBEDDED = not REDIS_URL
 
-_REDIS_RECONNECT = {"retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), 3), "retry_on_error": [RedisConnectionError]}
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            # channels_redis's layer, reconnecting after a Redis restart (apps/core/redis_layer.py)
+            "BACKEND": "apps.core.redis_layer.ReconnectingRedisChannelLayer",
             "CONFIG": {
                 # redis-py 8 defaults socket_timeout to 5 s, which kills idle consumers
                 # ("Timeout reading from ..."); a blocking read must wait forever.
-                # Pooled connections die with a Redis restart and redis-py retries nothing by default,
-                # so the first command on each (a websocket's group_add, a publish) failed: a connection
-                # error now reconnects and tries again.
-                "hosts": [{"address": REDIS_URL, "socket_timeout": None, **_REDIS_RECONNECT}],
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
                 "prefix": os.environ.get("AIRLOCK_CHANNEL_PREFIX", "airlock"),
             },
         }

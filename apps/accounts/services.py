@@ -18,6 +18,7 @@ from apps.accounts.actors import Actor, system_actor
 from apps.accounts.models import ApiToken, Membership, Organization
 from apps.accounts.roles import RANK, TOKEN_ROLES, Role, token_role
 from apps.audit import services as audit
+from apps.core import realtime
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
 
 User = get_user_model()
@@ -133,12 +134,22 @@ def record_failed_sign_in(*, email: str, ip: str | None) -> None:
             audit.record(org_id=org_id, actor=actor, action="auth.sign_in_failed", data={"email": email})
 
 
+def notify_access_changed(*, user_id: int) -> None:
+    """Tells the user's open sockets, once the current transaction commits, that their sign-in or a
+    membership changed: each checks its session and membership again and closes or narrows. Call it
+    after signing a session out, changing a password, or changing or removing a membership."""
+    realtime.publish_after_commit(realtime.user_group(user_id), realtime.ACCESS_CHANGED)
+
+
 def record_password_changed(*, user, ip: str | None) -> None:
+    """Writes `auth.password_changed` to each of the user's organisations; their other sessions no
+    longer sign in, so their sockets are told."""
     with transaction.atomic():
         for membership in selectors.memberships_of(user_id=user.pk):
             actor = Actor(org_id=membership.org_id, role=membership.role, label=user.email, user_id=user.pk, ip=ip)
             audit.record(org_id=membership.org_id, actor=actor, action="auth.password_changed", target=user,
                          target_label=user.email)
+        notify_access_changed(user_id=user.pk)
 
 
 def _guard_role_change(actor: Actor, *, current: str | None, new: str | None) -> None:
@@ -177,7 +188,8 @@ def _owner_count(org_id: UUID) -> int:
 
 
 def change_role(*, actor: Actor, member_id: UUID | str, role: str) -> Membership:
-    """Changes a member's role. Raises PermissionDenied, ValidationFailed, NotFound, Conflict (last owner)."""
+    """Changes a member's role; their open sockets take the new one. Raises PermissionDenied,
+    ValidationFailed, NotFound, Conflict (last owner)."""
     actor.require("members.manage")
     with transaction.atomic():
         # Look up first: another organisation's id is "not found" whatever the role given.
@@ -193,11 +205,13 @@ def change_role(*, actor: Actor, member_id: UUID | str, role: str) -> Membership
         membership.save(update_fields=["role", "updated_at"])
         audit.record(org_id=actor.org_id, actor=actor, action="member.role_changed", target=membership,
                      target_label=membership.user.email, data={"from": old, "to": role})
+        notify_access_changed(user_id=membership.user_id)
     return membership
 
 
 def remove_member(*, actor: Actor, member_id: UUID | str) -> None:
-    """Removes a member (the user account stays). Raises PermissionDenied, NotFound, Conflict (last owner)."""
+    """Removes a member (the user account stays); their open sockets of the organisation close.
+    Raises PermissionDenied, NotFound, Conflict (last owner)."""
     actor.require("members.manage")
     with transaction.atomic():
         membership = selectors.get_member(org_id=actor.org_id, member_id=member_id)
@@ -208,6 +222,7 @@ def remove_member(*, actor: Actor, member_id: UUID | str) -> None:
         audit.record(org_id=actor.org_id, actor=actor, action="member.removed", target=membership,
                      target_label=email, data={"email": email, "role": membership.role})
         membership.delete()
+        notify_access_changed(user_id=membership.user_id)
 
 
 def create_api_token(*, actor: Actor | None, org_id: UUID, name: str, role: str,

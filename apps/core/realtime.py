@@ -53,6 +53,16 @@ def run_group(run_id: UUID | str) -> str:
     return f"run.{run_id}"
 
 
+def user_group(user_id: int | str) -> str:
+    """Every open page of one person, in any organisation: told when their access changes."""
+    return f"user.{user_id}"
+
+
+# A person's sign-in or membership changed (signed out, password changed, removed, new role): each of
+# their open sockets re-checks its session and membership, and closes or narrows.
+ACCESS_CHANGED = "access.changed"
+
+
 # Events whose message only says "there is more to read" (the reader catches up from a table):
 # while waiting to be sent, a newer one replaces an older one for the same group.
 COALESCED = frozenset({"run.event"})

@@ -2,21 +2,29 @@
 
 A consumer never decides anything and never writes: it turns an event (a name and ids) into
 the same partial the page renders and sends it for htmx to swap out-of-band.
+
+Access is not only checked at connect: every socket also joins its viewer's own group, and when
+their sign-in or membership changes (`ACCESS_CHANGED`) it checks again and closes with 4403, or
+carries on with the new role.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+from importlib import import_module
+from types import SimpleNamespace
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 from django.template.loader import render_to_string
 
 from apps.accounts import selectors
-from apps.accounts.actors import member_actor
-from apps.core.realtime import org_group, run_group
+from apps.accounts.actors import Actor, member_actor
+from apps.accounts.models import Membership
+from apps.core.realtime import ACCESS_CHANGED, org_group, run_group, user_group
 from apps.web.badges import pending_approvals
 
 FORBIDDEN = 4403
@@ -31,6 +39,106 @@ PARTIALS = {
 }
 
 
+def _session_user_id(session_key: str | None) -> int | None:
+    """Who this session signs in now, read afresh from the session store as a request would be: None
+    once it was signed out, or when a password change elsewhere invalidated it."""
+    from django.contrib.auth import get_user
+
+    if not session_key:
+        return None
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user = get_user(SimpleNamespace(session=store))
+    return user.pk if user.is_authenticated else None
+
+
+class MemberConsumer(AsyncWebsocketConsumer):
+    """A socket for one member of one organisation. On connect: accept, then close with 4403 (so the
+    browser learns why and stops retrying) unless the signed-in user is a member of the page's
+    organisation; else join the page's groups and the user's own. On `ACCESS_CHANGED`: check the
+    session and the membership again; close with 4403 when either is gone, else take the new role.
+
+    A page's consumer says which organisation it belongs to (`page_org_id`), which groups it listens
+    to (`page_groups`), what it sends on joining (`joined`) and how it forwards an event (`forward`)."""
+
+    membership: Membership | None = None
+    actor: Actor | None = None
+    joined_groups: tuple[str, ...] = ()
+
+    def page_org_id(self) -> str | None:
+        """The organisation this page shows (runs in a thread: may read the database)."""
+        return str(self.scope["url_route"]["kwargs"]["org_id"])
+
+    def page_groups(self) -> list[str]:
+        return [org_group(self.org_id)]
+
+    async def joined(self) -> None:
+        """What the page needs right after connecting (a reconnect's catch-up)."""
+
+    async def forward(self, message: dict) -> None:
+        raise NotImplementedError
+
+    async def connect(self) -> None:
+        await self.accept()
+        membership = await database_sync_to_async(self._membership_at_connect)()
+        if membership is None:
+            await self.close(code=FORBIDDEN)
+            return
+        self._adopt(membership)
+        self.joined_groups = (user_group(membership.user_id), *self.page_groups())
+        for group in self.joined_groups:
+            await self.channel_layer.group_add(group, self.channel_name)
+        await self.joined()
+
+    async def disconnect(self, code: int) -> None:
+        await self._leave()
+
+    async def receive(self, text_data=None, bytes_data=None) -> None:
+        """Clients do not send: every write is an HTTP POST with CSRF."""
+
+    async def realtime_event(self, message: dict) -> None:
+        if self.membership is None:  # closed by a re-check: messages already queued go nowhere
+            return
+        if message["event"] == ACCESS_CHANGED:
+            await self._recheck()
+            return
+        await self.forward(message)
+
+    @property
+    def org_id(self):
+        return self.membership.org_id if self.membership is not None else None
+
+    def _adopt(self, membership: Membership) -> None:
+        self.membership = membership
+        self.actor = member_actor(membership)
+
+    def _membership_at_connect(self) -> Membership | None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            return None
+        org_id = self.page_org_id()
+        return selectors.membership_for(user_id=user.pk, org_id=org_id) if org_id else None
+
+    def _membership_now(self) -> Membership | None:
+        session = self.scope.get("session")
+        if _session_user_id(getattr(session, "session_key", None)) != self.membership.user_id:
+            return None
+        return selectors.membership_for(user_id=self.membership.user_id, org_id=self.membership.org_id)
+
+    async def _recheck(self) -> None:
+        membership = await database_sync_to_async(self._membership_now)()
+        if membership is None:
+            await self._leave()
+            await self.close(code=FORBIDDEN)
+            return
+        self._adopt(membership)
+
+    async def _leave(self) -> None:
+        self.membership = None
+        for group in self.joined_groups:
+            await self.channel_layer.group_discard(group, self.channel_name)
+        self.joined_groups = ()
+
+
 def _budget_alerts(org_id) -> dict:
     """The banner's context, read as the page's context processor reads it."""
     from apps.costs import selectors as costs
@@ -38,34 +146,14 @@ def _budget_alerts(org_id) -> dict:
     return {"budget_alerts": costs.recent_alerts(org_id=org_id)}
 
 
-class OrgConsumer(AsyncWebsocketConsumer):
+class OrgConsumer(MemberConsumer):
     """Live updates for every page of one organisation (badges, the budget banner, system checks)."""
 
-    async def connect(self) -> None:
-        user = self.scope.get("user")
-        org_id = str(self.scope["url_route"]["kwargs"]["org_id"])
-        membership = None
-        if user is not None and user.is_authenticated:
-            membership = await database_sync_to_async(selectors.membership_for)(user_id=user.pk, org_id=org_id)
-        # Accept, then close with 4403, so the browser learns why and stops retrying.
-        await self.accept()
-        if membership is None:
-            await self.close(code=FORBIDDEN)
-            return
-        self.org_id = membership.org_id
-        self.group = org_group(org_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
-        count = await database_sync_to_async(pending_approvals)(org_id=membership.org_id)
+    async def joined(self) -> None:
+        count = await database_sync_to_async(pending_approvals)(org_id=self.org_id)
         await self.send(text_data=render_to_string(PARTIALS["inbox.count"], {"inbox_count": count, "oob": True}))
 
-    async def disconnect(self, code: int) -> None:
-        if getattr(self, "group", None):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-
-    async def receive(self, text_data=None, bytes_data=None) -> None:
-        """Clients do not send: every write is an HTTP POST with CSRF."""
-
-    async def realtime_event(self, message: dict) -> None:
+    async def forward(self, message: dict) -> None:
         template = PARTIALS.get(message["event"])
         if template is None:
             return
@@ -89,12 +177,11 @@ def _run_partials(run_id: str, org_id, actor=None) -> str:
     return (render_to_string("web/runs/_header.html", context) + render_to_string("web/runs/_tree.html", context))
 
 
-def _run_access(user_id: int, run_id: str):
-    """The viewer's membership in the run's organisation, or None (missing and not-yours look the same)."""
+def _run_org_id(run_id: str) -> str | None:
+    """The run's organisation, or None (a missing run and another organisation's look the same)."""
     from apps.runs.models import Run
 
-    org_id = Run.objects.filter(id=run_id).values_list("org_id", flat=True).first()
-    return selectors.membership_for(user_id=user_id, org_id=org_id) if org_id else None
+    return Run.objects.filter(id=run_id).values_list("org_id", flat=True).first()
 
 
 def _events_after(run_id: str, after: int, limit: int = REPLAY_BATCH) -> list[dict]:
@@ -109,7 +196,7 @@ def _query(scope) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
 
 
-class RunConsumer(AsyncWebsocketConsumer):
+class RunConsumer(MemberConsumer):
     """One run's page. On connect, and on every nudge, sends each event after the last one this
     socket sent, in seq order, as JSON frames: the event the nudge carries when it is the next one,
     else every event after the last one sent, read from the table. Then the refreshed header and step
@@ -121,20 +208,14 @@ class RunConsumer(AsyncWebsocketConsumer):
     render_task: asyncio.Task | None = None
     render_wanted = False
 
-    async def connect(self) -> None:
-        user = self.scope.get("user")
+    def page_org_id(self) -> str | None:
         self.run_id = str(self.scope["url_route"]["kwargs"]["run_id"])
-        membership = None
-        if user is not None and user.is_authenticated:
-            membership = await database_sync_to_async(_run_access)(user.pk, self.run_id)
-        await self.accept()
-        if membership is None:
-            await self.close(code=FORBIDDEN)
-            return
-        self.org_id = membership.org_id
-        self.actor = member_actor(membership)
-        self.group = run_group(self.run_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        return _run_org_id(self.run_id)
+
+    def page_groups(self) -> list[str]:
+        return [run_group(self.run_id)]
+
+    async def joined(self) -> None:
         try:
             self.last_seq = max(0, int(_query(self.scope).get("last_seq", 0)))
         except ValueError:
@@ -142,15 +223,11 @@ class RunConsumer(AsyncWebsocketConsumer):
         await self._catch_up()
 
     async def disconnect(self, code: int) -> None:
-        if getattr(self, "group", None):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+        await super().disconnect(code)
         if self.render_task is not None:
             self.render_task.cancel()
 
-    async def receive(self, text_data=None, bytes_data=None) -> None:
-        """Clients do not send: every write is an HTTP POST with CSRF."""
-
-    async def realtime_event(self, message: dict) -> None:
+    async def forward(self, message: dict) -> None:
         seq = int(message["data"].get("seq") or 0)
         if message["event"] != "run.event" or seq <= self.last_seq:
             return
@@ -184,17 +261,13 @@ class RunConsumer(AsyncWebsocketConsumer):
         while self.render_wanted:
             await asyncio.sleep(PARTIALS_DELAY_S)
             self.render_wanted = False
+            if self.membership is None:  # access ended while it waited
+                return
             html = await database_sync_to_async(_run_partials)(self.run_id, self.org_id, self.actor)
             await self.send(text_data=html)
 
 
 # --- the inbox and the run list ----------------------------------------------------------------------
-
-def _membership(user, org_id):
-    if user is None or not user.is_authenticated:
-        return None
-    return selectors.membership_for(user_id=user.pk, org_id=org_id)
-
 
 def _since(value: str | None):
     from django.utils.dateparse import parse_datetime
@@ -227,35 +300,19 @@ def _inbox_frames(actor, filters: dict, approval_ids: list[str] | None = None, s
     return frames
 
 
-class InboxConsumer(AsyncWebsocketConsumer):
+class InboxConsumer(MemberConsumer):
     """The inbox page: every change to an item (new, a vote, decided by someone, expired) re-renders
     that item's card for this viewer; a decided item shows who decided instead of its form."""
 
-    async def connect(self) -> None:
+    async def joined(self) -> None:
         query = _query(self.scope)
         self.filters = {k: query[k] for k in ("crew", "agent", "server", "risk", "kind") if query.get(k)}
-        org_id = str(self.scope["url_route"]["kwargs"]["org_id"])
-        membership = await database_sync_to_async(_membership)(self.scope.get("user"), org_id)
-        await self.accept()
-        if membership is None:
-            await self.close(code=FORBIDDEN)
-            return
-        self.actor = member_actor(membership)
-        self.group = org_group(membership.org_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
         since = _since(query.get("since"))
         if since is not None:  # a reconnect: what changed while away
             for frame in await database_sync_to_async(_inbox_frames)(self.actor, self.filters, since=since):
                 await self.send(text_data=frame)
 
-    async def disconnect(self, code: int) -> None:
-        if getattr(self, "group", None):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-
-    async def receive(self, text_data=None, bytes_data=None) -> None:
-        """Clients do not send: every write is an HTTP POST with CSRF."""
-
-    async def realtime_event(self, message: dict) -> None:
+    async def forward(self, message: dict) -> None:
         if message["event"] != "inbox.changed":
             return
         frames = await database_sync_to_async(_inbox_frames)(self.actor, self.filters,
@@ -282,32 +339,16 @@ def _status_frames(org_id, run_ids: list[str] | None = None, since=None) -> list
             for run_id, status in runs.values_list("id", "status")]
 
 
-class RunListConsumer(AsyncWebsocketConsumer):
+class RunListConsumer(MemberConsumer):
     """The run list: each status change replaces that run's status badge, when it is on the page."""
 
-    async def connect(self) -> None:
-        org_id = str(self.scope["url_route"]["kwargs"]["org_id"])
-        membership = await database_sync_to_async(_membership)(self.scope.get("user"), org_id)
-        await self.accept()
-        if membership is None:
-            await self.close(code=FORBIDDEN)
-            return
-        self.org_id = membership.org_id
-        self.group = org_group(membership.org_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+    async def joined(self) -> None:
         since = _since(_query(self.scope).get("since"))
         if since is not None:
             for frame in await database_sync_to_async(_status_frames)(self.org_id, since=since):
                 await self.send(text_data=frame)
 
-    async def disconnect(self, code: int) -> None:
-        if getattr(self, "group", None):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-
-    async def receive(self, text_data=None, bytes_data=None) -> None:
-        """Clients do not send."""
-
-    async def realtime_event(self, message: dict) -> None:
+    async def forward(self, message: dict) -> None:
         if message["event"] != "run.status":
             return
         for frame in await database_sync_to_async(_status_frames)(self.org_id, [message["data"]["run_id"]]):
@@ -327,29 +368,13 @@ def _dashboard_tiles(actor) -> str:
     return render_to_string("web/dashboard.html#tiles", {**dashboard_context(actor), "oob": True})
 
 
-class DashboardConsumer(AsyncWebsocketConsumer):
+class DashboardConsumer(MemberConsumer):
     """The dashboard: on connect (so a reconnect catches up) and on every org event that moves a
     number, re-renders the tiles as the page does, for an out-of-band swap."""
 
-    async def connect(self) -> None:
-        org_id = str(self.scope["url_route"]["kwargs"]["org_id"])
-        membership = await database_sync_to_async(_membership)(self.scope.get("user"), org_id)
-        await self.accept()
-        if membership is None:
-            await self.close(code=FORBIDDEN)
-            return
-        self.actor = member_actor(membership)
-        self.group = org_group(membership.org_id)
-        await self.channel_layer.group_add(self.group, self.channel_name)
+    async def joined(self) -> None:
         await self.send(text_data=await database_sync_to_async(_dashboard_tiles)(self.actor))
 
-    async def disconnect(self, code: int) -> None:
-        if getattr(self, "group", None):
-            await self.channel_layer.group_discard(self.group, self.channel_name)
-
-    async def receive(self, text_data=None, bytes_data=None) -> None:
-        """Clients do not send."""
-
-    async def realtime_event(self, message: dict) -> None:
+    async def forward(self, message: dict) -> None:
         if message["event"] in DASHBOARD_EVENTS:
             await self.send(text_data=await database_sync_to_async(_dashboard_tiles)(self.actor))

@@ -40,9 +40,7 @@ urlpatterns = [
         success_url=reverse_lazy("web:password_reset_done")), name="password_reset"),
     path("account/reset/sent/", auth_views.PasswordResetDoneView.as_view(
         template_name="web/auth/password_reset_done.html"), name="password_reset_done"),
-    path("account/reset/<uidb64>/<token>/", auth_views.PasswordResetConfirmView.as_view(
-        template_name="web/auth/password_reset_confirm.html",
-        success_url=reverse_lazy("web:password_reset_complete")), name="password_reset_confirm"),
+    path("account/reset/<uidb64>/<token>/", auth.PasswordResetConfirmView.as_view(), name="password_reset_confirm"),
     path("account/reset/complete/", auth_views.PasswordResetCompleteView.as_view(
         template_name="web/auth/password_reset_complete.html"), name="password_reset_complete"),
     # Organisation settings

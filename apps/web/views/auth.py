@@ -1,4 +1,5 @@
-"""Sign in, sign out, sign up, password change (reset uses Django's views as they are)."""
+"""Sign in, sign out, sign up, password change and the last step of a reset (the rest of a reset uses
+Django's views as they are)."""
 
 from __future__ import annotations
 
@@ -45,11 +46,27 @@ class PasswordChangeView(auth_views.PasswordChangeView):
         return response
 
 
+class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
+    """Setting a new password from the emailed link: audited like a change, and the sessions signed
+    in with the old password lose their open sockets."""
+
+    template_name = "web/auth/password_reset_confirm.html"
+    success_url = reverse_lazy("web:password_reset_complete")
+
+    def form_valid(self, form):
+        response = super().form_valid(form)
+        services.record_password_changed(user=form.user, ip=_ip(self.request))
+        return response
+
+
 @require_POST
 def sign_out(request: HttpRequest) -> HttpResponse:
     from django.contrib.auth import logout
 
+    user_id = request.user.pk
     logout(request)
+    if user_id is not None:
+        services.notify_access_changed(user_id=user_id)  # this session's open sockets close
     return redirect("web:login")
 
 
