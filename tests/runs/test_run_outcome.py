@@ -97,3 +97,16 @@ def test_the_demo_refund_answer_quotes_what_the_order_desk_said_not_the_amount_a
     run = services.drive_run(run_id=run.id)
     assert run.status == "succeeded" and run.attention_summary == "1 write failed"
     assert "Cannot refund -500000 cents" in run.output and "Refunded" not in run.output
+
+
+def test_a_run_cancelled_with_an_unknown_write_says_so_until_a_person_resolves_it(desk, approver):
+    from tests.runs.test_unknown_calls import unknown_call
+
+    run, row = unknown_call(desk, approver)
+    services.cancel_run(actor=desk.actor, run_id=run.id)
+    run.refresh_from_db()
+    assert run.status == "cancelled" and run.attention_summary == "1 write with an unknown outcome"
+    assert run.attention[0]["tool_call_id"] == str(row.id)
+    services.resolve_unknown_call(actor=member_actor(approver), tool_call_id=row.id, outcome="succeeded")
+    run.refresh_from_db()
+    assert run.attention == [] and run.attention_summary == ""

@@ -18,7 +18,7 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart
 from apps.runs.engine.errors import StopRun
 from apps.runs.engine.model import call_model, offered_tools
 from apps.runs.engine.process import ROUTING, end_turn, start_next
-from apps.runs.engine.tools import answers, resolve_calls
+from apps.runs.engine.tools import answers, made_writes, resolve_calls
 
 STEPS_PER_TASK = 25  # then the task re-enqueues itself: no task comes near the broker's visibility timeout
 TASK_SECONDS = 30.0
@@ -82,10 +82,13 @@ def _answer_tool_calls(store: Any, turn: Any, agent: dict[str, Any], messages: l
         reason = f"{held} tool call(s) wait for a person's decision." if held else \
             "A tool call's outcome is unknown: a person must resolve it."
         return "waiting" if store.wait(reason) else "continue"
-    # Committed now, with the completions of the calls just made (their state, result and audit row), before
-    # the next model call starts: a worker that dies during that call leaves a write that happened as
-    # `succeeded`, not `dispatched` (which a resume would have to make `unknown` for a person).
-    store.save_messages(turn, [*messages, answers(rows)])
+    # After a write, committed now with the completions of the calls just made (their state, result and audit
+    # row), before the next model call starts: a worker that dies during that call leaves a write that
+    # happened as `succeeded`, not `dispatched` (which a resume must make `unknown` for a person). After reads
+    # only, written with the next model call's record like the other deferred writes (one commit per step):
+    # a read has no effect a person must account for.
+    store.save_messages(turn, [*messages, answers(rows)],
+                        defer=not made_writes(store.run.snapshot.get("tools", {}), rows))
     return "continue"
 
 

@@ -371,6 +371,12 @@ def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[
     return None, error
 
 
+def made_writes(tools: dict[str, Any], rows: list[Any]) -> bool:
+    """Whether any of `rows` was sent to a tool that changes something (risk other than `read`)."""
+    return any(row.dispatched_at is not None and (tools.get(row.qualified_name) or {}).get("risk") != "read"
+               for row in rows)
+
+
 def answers(rows: list[Any]) -> ModelRequest:
     """The next request: one tool return per call of the response, in order."""
     parts = []

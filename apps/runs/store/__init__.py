@@ -119,9 +119,10 @@ class RunStore(Ledger):
         What is deferred, and why that is safe: a model call that asked for tools, written by the next
         store transaction, the one that decides its first tool call (and commits its `dispatched` before the
         call leaves); a tool call's completion and its audit row, written by the transaction that saves the
-        answer carrying its result to the model (the engine commits it before the next model call) or by the
-        next call's `dispatched`. Nothing leaves the worker in between. A worker that dies during the next
-        model call leaves the completed calls committed; a model call not yet recorded is made again."""
+        answer carrying its result to the model (after a write the engine commits it before the next model
+        call), or by the next call's `dispatched`, or, after reads only, with the next model call's record.
+        Nothing leaves the worker in between. A worker that dies during the model call after a write leaves
+        that write's completion committed; a model call not yet recorded is made again."""
         outer, mark = self._depth == 0, len(self._events)
         # No savepoint when nested: nothing here catches an error to carry on, and a SAVEPOINT and its
         # RELEASE are two round trips each (bench/run.py counted ~8 per step before).
