@@ -17,8 +17,9 @@ from ninja import Schema
 from pydantic import ValidationError, ValidationInfo, ValidatorFunctionWrapHandler, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-_NAMES = {bool: "true or false", int: "a whole number", float: "a number", Decimal: "a number or a numeric string",
-          datetime: "an ISO 8601 date and time as a string", date: "an ISO 8601 date as a string",
+_NAMES = {str: "a string", bool: "true or false", int: "a whole number", float: "a number",
+          Decimal: "a number or a numeric string", datetime: "an ISO 8601 date and time as a string",
+          date: "an ISO 8601 date as a string",
           dict: "an object", list: "an array"}
 
 
@@ -92,8 +93,21 @@ class Body(Schema):
                                              {"expected": _expected(field.annotation), "got": _json_name(value[key])}),
                     loc=(key,), input=value[key]))
         if errors:
-            raise ValidationError.from_exception_data(cls.__name__, errors)
+            raise ValidationError.from_exception_data(cls.__name__, errors + _other_errors(value, errors, handler))
         return handler(value)
+
+
+def _other_errors(value: dict, errors: list[InitErrorDetails], handler: ValidatorFunctionWrapHandler
+                  ) -> list[InitErrorDetails]:
+    """What the schema says about the other fields, so one answer names every wrong field."""
+    wrong = {error["loc"][0] for error in errors}
+    try:
+        handler({k: v for k, v in value.items() if k not in wrong})
+    except ValidationError as exc:
+        return [InitErrorDetails(type=PydanticCustomError(e["type"], e["msg"].replace("{", "(").replace("}", ")")),
+                                 loc=e["loc"], input=e.get("input"))
+                for e in exc.errors() if e["loc"] and e["loc"][0] not in wrong]
+    return []
 
 
 def _json_name(value: Any) -> str:

@@ -4,6 +4,7 @@ else the organisation's earliest owner; one with nobody left to hold it stops wo
 from __future__ import annotations
 
 import importlib
+import re
 
 import pytest
 from django.apps import apps
@@ -32,3 +33,14 @@ def test_old_tokens_get_their_creator_else_the_owner(org):
                        "left": owner_of(org).user.email}
     for token in (by_creator, by_operator, by_leaver):
         assert Client().get("/api/v1/me", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+
+
+@pytest.mark.django_db
+def test_the_tokens_page_says_whose_each_token_is_and_a_token_made_there_is_yours(client, org):
+    admin, approver = add_member(org, "admin"), add_member(org, "approver")
+    token_for(org, "approver", "theirs", member=approver)
+    client.force_login(admin.user)
+    client.post("/settings/tokens/", {"name": "mine", "role": "builder"})
+    assert ApiToken.objects.get(name="mine").member_id == admin.id
+    holders = re.findall(r'data-testid="token-holder">([^<]+)<', client.get("/settings/tokens/").content.decode())
+    assert sorted(holders) == sorted([admin.user.email, approver.user.email])

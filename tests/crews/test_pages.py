@@ -55,3 +55,14 @@ def test_viewers_cannot_edit_crews(client, request, org, persona):
     client = signed_in(client, request.getfixturevalue(persona))
     assert client.get("/crews/").status_code == 200
     assert client.get("/crews/new/").status_code == 403
+
+
+def test_the_editor_sets_and_shows_separation_of_duties(client, org, builder):
+    a = make_agent(org, name="Triage")
+    signed_in(client, builder).post("/crews/new/", crew_form(
+        task_name=["look"], task_agent=[str(a.id)], task_description=["Look up {order_id}"], task_context=[""],
+        separation_of_duties="1"))
+    crew = selectors.org_crews(org_id=org.id).get()
+    assert crew.separation_of_duties
+    editor = client.get(f"/crews/{crew.id}/edit/").content.decode()
+    assert 'name="separation_of_duties" value="1" checked' in editor
