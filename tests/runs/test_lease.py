@@ -54,3 +54,14 @@ def test_the_lost_worker_can_no_longer_write_once_its_run_was_swept(desk):
     with pytest.raises(LeaseLost):
         stale.save_state(state={**run.state, "hijacked": True})
     assert "hijacked" not in Run.objects.get(id=run.id).state
+
+
+def test_a_queued_run_whose_message_was_lost_is_enqueued_again_once_per_period(desk, settings):
+    settings.AIRLOCK_RUN_REQUEUE_AFTER_S = 60
+    run = lost_run(desk)
+    Run.objects.filter(id=run.id).update(status="queued", lease_owner="", lease_expires_at=None,
+                                         updated_at=timezone.now() - timedelta(seconds=61))
+    assert services.sweep_stuck_runs() == 1
+    assert services.sweep_stuck_runs() == 0  # not a message per sweep while it waits in a long queue
+    run = services.drive_run(run_id=run.id)
+    assert run.status == "succeeded", run.error
