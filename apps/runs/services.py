@@ -542,7 +542,8 @@ def sweep_stuck_runs() -> int:
 
     An expired lease is taken back first (owner `SWEPT`, for one more lease), in the same conditional
     UPDATE: the run is enqueued once per lease, not at every sweep while the queue is busy, and a worker
-    that lost it (alive but stuck) finds its next write refused. The claim counts each recovery in
+    that lost it (alive but stuck) finds its next write refused. A lost message's run is likewise touched
+    (`updated_at`), so it is enqueued again once per `AIRLOCK_RUN_REQUEUE_AFTER_S`. The claim counts each recovery in
     `deliveries`; past the cap the run fails with the reason. Returns how many runs were re-enqueued.
     """
     from apps.runs import tasks
@@ -553,8 +554,12 @@ def sweep_stuck_runs() -> int:
     taken = [run_id for run_id in expired if Run.objects.filter(
         id=run_id, status=RunStatus.RUNNING, lease_expires_at__lt=now).update(
             lease_owner=SWEPT, lease_expires_at=now + timedelta(seconds=lease_seconds()))]
-    stale = Run.objects.filter(status=RunStatus.QUEUED, updated_at__lt=now - timedelta(seconds=requeue_after()))
-    ids = [*taken, *stale.values_list("id", flat=True)[:500]]
+    lost_before = now - timedelta(seconds=requeue_after())
+    stale = list(Run.objects.filter(status=RunStatus.QUEUED, updated_at__lt=lost_before)
+                 .values_list("id", flat=True)[:500])
+    requeued = [run_id for run_id in stale if Run.objects.filter(  # touched: enqueued again only if lost again
+        id=run_id, status=RunStatus.QUEUED, updated_at__lt=lost_before).update(updated_at=now)]
+    ids = [*taken, *requeued]
     for run_id in ids:
         tasks.execute_run.delay(str(run_id))
     return len(ids)

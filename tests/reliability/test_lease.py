@@ -1,4 +1,4 @@
-"""A worker whose lease ran out during a slow tool call (a paused process, a slow server start):
+"""A worker whose lease ran out during a slow tool call (here a paused process: SIGSTOP, then SIGCONT):
 another worker takes the run over and finds the call in flight. The first worker, when its call
 returns, must neither record the result over the takeover nor end the run.
 
@@ -10,8 +10,10 @@ dispatched") although another worker owned it. Now a lost transition raises Leas
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
-from django.utils import timezone
 
 from apps.runs.models import CallState, Run, RunEvent, ToolCall
 from tests.reliability.conftest import check_invariants, settle, wait_in_flight, wait_status, wait_until
@@ -27,9 +29,12 @@ def test_a_worker_that_lost_its_lease_mid_call_neither_records_the_call_nor_ends
     run = slow_desk.start(crew, "lease")
     row = wait_in_flight(slow_desk, run.id, "lease", n=1)
     first_owner = Run.objects.get(id=run.id).lease_owner
-    Run.objects.filter(id=run.id).update(lease_expires_at=timezone.now())  # time passes: the lease runs out
-
-    run = wait_status(run.id, {"waiting", "failed", "succeeded"}, timeout=30)
+    paused = int(first_owner.split(":")[1])
+    os.kill(paused, signal.SIGSTOP)  # a paused process: its lease heartbeat stops too, and the lease runs out
+    try:
+        run = wait_status(run.id, {"waiting", "failed", "succeeded"}, timeout=30)
+    finally:
+        os.kill(paused, signal.SIGCONT)  # its call answers (the desk kept going) and it carries on
     assert run.status == "waiting", run.error
     wait_until(lambda: "lease lost to another worker" in worker.log.read_text(), 20, "the first worker to give up")
     run.refresh_from_db()
