@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from apps.registry.definitions import claims_read_only_but_acts
 from apps.registry.disguises import HIDDEN_CHARS, views
 from apps.registry.models import Severity
 
@@ -178,6 +179,7 @@ SECRET_RULES = [  # (pattern, words) as for INSTRUCTION_RULES
     (r"\bmcp\.json\b", ("mcp.json",)),
 ]
 SECRET_PATTERNS = [pattern for pattern, _ in SECRET_RULES]
+EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(\.[\w-]+)+")
 URL_RE = re.compile(r"\b(?:https?|ftp|wss?)://[^\s\"'<>)]+", re.IGNORECASE)
 EXFIL_HINTS = re.compile(
     r"(\{[^}]*\}|\?\S*=|webhook|ngrok|requestbin|pipedream|pastebin|burpcollaborator|interact\.sh|exfil)",
@@ -243,8 +245,52 @@ def scan_definition(definition: dict[str, Any], *, limit: int = DESCRIPTION_LIMI
                                 "long descriptions can hide instructions."))
     for where, text, is_value in _texts(definition):
         findings.extend(scan_text(text, where=where, is_value=is_value))
+        findings.extend(_hiding_findings(text, where=where, limit=limit))
+    if claims_read_only_but_acts(name=definition.get("name", ""), annotations=definition.get("annotations")):
+        findings.append(Finding("annotation_contradiction", Severity.MEDIUM, "annotations",
+                                f"Claims to be read-only (readOnlyHint) but its name, {definition.get('name')!r}, says "
+                                "it acts: the claim is not believed and the tool keeps the write risk."))
     unique = {(f.code, f.where): f for f in findings}
     return [f.as_dict() for f in unique.values()]
+
+
+def scan_server(*, instructions: str, prompts: list[dict[str, Any]], resources: list[dict[str, Any]],
+                resource_templates: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Findings in what a server says besides its tools: its `instructions`, its prompts (names, titles,
+    descriptions, argument descriptions) and its resources' and resource templates' descriptions."""
+    texts: list[tuple[str, str]] = [("instructions", instructions or "")]
+    for kind, items in (("prompt", prompts), ("resource", resources), ("resource template", resource_templates)):
+        for item in items or []:
+            label = f"{kind} {item.get('name') or item.get('uri') or item.get('uriTemplate') or '?'}"
+            texts += [(f"{label} {key}", item[key]) for key in ("title", "description")
+                      if isinstance(item.get(key), str)]
+            texts += [(f"{label} argument {arg.get('name', '?')}", arg["description"])
+                      for arg in item.get("arguments") or [] if isinstance(arg, dict)
+                      and isinstance(arg.get("description"), str)]
+    findings: list[Finding] = []
+    for where, text in texts:
+        if text:
+            findings += [*scan_text(text, where=where),
+                         *_hiding_findings(text, where=where, limit=SERVER_TEXT_LIMIT)]
+    unique = {(f.code, f.where): f for f in findings if f.severity != Severity.LOW}
+    return [f.as_dict() for f in unique.values()]
+
+
+SERVER_TEXT_LIMIT = 10 * DESCRIPTION_LIMIT
+LONG_BLANK = re.compile(r"\s{200,}\S")
+
+
+def _hiding_findings(text: str, *, where: str, limit: int) -> list[Finding]:
+    """Text set where a person reading the definition will not see it: after a long run of blank space, or
+    past the length a form shows. Everything is scanned (scan_text); this says it is hidden."""
+    found = []
+    if LONG_BLANK.search(text):
+        found.append(Finding("hidden_after_whitespace", Severity.HIGH, where,
+                             "Text follows a long run of blank space, where a person reading it will not see it."))
+    if len(text) > limit and scan_text(text[limit:], where=where):
+        found.append(Finding("hidden_past_limit", Severity.HIGH, where,
+                             f"Past its first {limit} characters the text holds something the scan flags."))
+    return found
 
 
 def scan_text(text: str, *, where: str, is_value: bool = False) -> list[Finding]:
@@ -275,6 +321,10 @@ def scan_text(text: str, *, where: str, is_value: bool = False) -> list[Finding]
         found.append(Finding("secret_path", severity, where,
                              "Refers to secrets or credential files (keys, .env, ~/.ssh, credentials)."))
     found.extend(_url_findings(visible, where))
+    if is_value and (URL_RE.search(visible) or EMAIL_RE.search(visible)):
+        found.append(Finding("address_in_value", Severity.MEDIUM, where,
+                             "A parameter value (enum/default/example) holds a URL or an email address: where data "
+                             "would go."))
     if is_value and len(visible) > 80 and len(visible.split()) > 10:
         found.append(Finding("prose_in_value", Severity.MEDIUM, where,
                              "A parameter value (enum/default/example) holds prose; values should be data."))
