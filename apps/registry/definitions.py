@@ -37,15 +37,16 @@ def definition_hash(definition: dict[str, Any]) -> str:
 
 # A tool named like this acts: a read-only claim for it is not believed (a delete_/send_/transfer_ tool).
 ACTING_NAME = re.compile(
-    r"(^|[_.-])(delete|remove|destroy|drop|purge|wipe|erase|send|email|mail|post|publish|transfer|wire|pay|refund|"
+    r"^(delete|remove|destroy|drop|purge|wipe|erase|send|email|mail|post|publish|transfer|wire|pay|refund|"
     r"charge|withdraw|create|update|write|edit|modify|set|put|insert|upload|move|rename|grant|revoke|invite|kill|"
-    r"terminate|exec|execute|run|deploy|approve|cancel|book|order|buy|sell)([_.-]|$)", re.IGNORECASE)
+    r"terminate|exec|execute|run|deploy|approve|cancel|book|order|buy|sell)(?=[_.-]|[A-Z]|$)")  # its leading verb
 RISK_ORDER = {Risk.READ: 0, Risk.WRITE: 1, Risk.DANGEROUS: 2}
 
 
 def claims_read_only_but_acts(*, name: str, annotations: dict[str, Any] | None) -> bool:
     """A tool that says it only reads (readOnlyHint) while its name says it acts."""
-    return bool((annotations or {}).get("readOnlyHint") is True and ACTING_NAME.search(name or ""))
+    name = name or ""
+    return bool((annotations or {}).get("readOnlyHint") is True and ACTING_NAME.match(name[:1].lower() + name[1:]))
 
 
 def classify_risk(*, tier: str, annotations: dict[str, Any] | None, name: str = "") -> tuple[str, str]:
