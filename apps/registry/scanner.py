@@ -338,14 +338,17 @@ def _rule_findings(text_views: list[tuple[str, str]], where: str) -> list[Findin
     encoded: set[str] = set()
     present = [_present_words(view) for _, view in text_views]
     for code, severity, message, rules in _GROUP_RES:
+        plain_match = False
         for (disguise, view), words in zip(text_views, present, strict=True):
-            if not _search(rules, view, words):
+            is_plain = disguise in ("", "unicode", "homoglyphs")
+            if (is_plain and plain_match) or not _search(rules, view, words):
                 continue
-            if disguise in ("", "unicode", "homoglyphs"):
+            if is_plain:  # one finding per group for what a reader sees; encoded text is looked at apart
                 note = " (written with look-alike letters)" if disguise == "homoglyphs" else ""
                 found.append(Finding(code, severity, where, message + note))
-                break
-            encoded.add(disguise)
+                plain_match = True
+            else:
+                encoded.add(disguise)
     for disguise, view in text_views:  # an encoded ask to read a secret (a mere mention is not enough)
         if disguise not in ("", "unicode", "homoglyphs") and (secret := _search(_SECRET_RES, view)) and \
                 SECRET_ACCESS.search(view[max(0, secret.start() - 80):secret.end() + 80]):
