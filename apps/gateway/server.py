@@ -416,7 +416,7 @@ class Gateway:
 
     def _taint_reason(self, session: SessionRef, tool: GrantedTool, findings: list[dict]) -> str:
         reason = ""
-        if findings:
+        if any(f["severity"] != "low" for f in findings):  # a mere URL (low) is no reason to taint
             reason = f"The result of {tool.qualified_name} looks like it carries instructions."
         elif tool.untrusted_output:
             reason = f"{tool.qualified_name} returns untrusted content."

@@ -151,12 +151,17 @@ def tool_fields(wire: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+METHOD_NOT_FOUND = -32601  # JSON-RPC
+
+
 async def _optional(client: Client, capability: Any, fetch: str, attr: str, warnings: list[str]) -> list[dict]:
     if capability is None:
         return []
     try:
         return await _all_pages(getattr(client, fetch), attr)
     except MCPError as exc:
+        if exc.code == METHOD_NOT_FOUND:  # an optional list the server simply lacks (resource templates in 1.x)
+            return []
         warnings.append(f"Listing {attr} failed: {exc.message}")
         return []
 

@@ -35,17 +35,32 @@ def definition_hash(definition: dict[str, Any]) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def classify_risk(*, tier: str, annotations: dict[str, Any] | None) -> tuple[str, str]:
+# A tool named like this acts: a read-only claim for it is not believed (a delete_/send_/transfer_ tool).
+ACTING_NAME = re.compile(
+    r"^(delete|remove|destroy|drop|purge|wipe|erase|send|email|mail|post|publish|transfer|wire|pay|refund|"
+    r"charge|withdraw|create|update|write|edit|modify|set|put|insert|upload|move|rename|grant|revoke|invite|kill|"
+    r"terminate|exec|execute|run|deploy|approve|cancel|book|order|buy|sell)(?=[_.-]|[A-Z]|$)")  # its leading verb
+RISK_ORDER = {Risk.READ: 0, Risk.WRITE: 1, Risk.DANGEROUS: 2}
+
+
+def claims_read_only_but_acts(*, name: str, annotations: dict[str, Any] | None) -> bool:
+    """A tool that says it only reads (readOnlyHint) while its name says it acts."""
+    name = name or ""
+    return bool((annotations or {}).get("readOnlyHint") is True and ACTING_NAME.match(name[:1].lower() + name[1:]))
+
+
+def classify_risk(*, tier: str, annotations: dict[str, Any] | None, name: str = "") -> tuple[str, str]:
     """(risk, risk_source). Annotations are claims: believed only from official/internal servers.
 
-    destructiveHint=true -> dangerous (even if it also claims read-only); readOnlyHint=true -> read;
+    destructiveHint=true -> dangerous (even if it also claims read-only); readOnlyHint=true -> read,
+    unless the tool's name says it acts (delete_, send_, transfer_...: then write, the higher risk);
     anything else -> write. No annotations, or a third_party server -> write by default.
     """
     if tier == TrustTier.THIRD_PARTY or not annotations:
         return Risk.WRITE, RiskSource.DEFAULT
     if annotations.get("destructiveHint") is True:
         return Risk.DANGEROUS, RiskSource.ANNOTATIONS
-    if annotations.get("readOnlyHint") is True:
+    if annotations.get("readOnlyHint") is True and not claims_read_only_but_acts(name=name, annotations=annotations):
         return Risk.READ, RiskSource.ANNOTATIONS
     return Risk.WRITE, RiskSource.ANNOTATIONS
 

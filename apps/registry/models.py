@@ -95,6 +95,8 @@ class McpServer(TenantModel):
     last_synced_at = models.DateTimeField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     sync_warnings = models.JSONField(default=list, blank=True)  # e.g. tools refused for their names
+    # The poisoning scan of what it says besides its tools (instructions, prompts, resource descriptions)
+    findings = models.JSONField(default=list, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["org", "name"], name="mcp_server_org_name")]

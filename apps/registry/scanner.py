@@ -8,13 +8,14 @@ finding with a severity; a high one quarantines the tool (services decide that).
 
 from __future__ import annotations
 
-import base64
 import re
 import unicodedata
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from apps.registry.definitions import claims_read_only_but_acts
+from apps.registry.disguises import HIDDEN_CHARS, views
 from apps.registry.models import Severity
 
 DESCRIPTION_LIMIT = 1000
@@ -67,12 +68,105 @@ INSTRUCTION_RULES = [
     (r"系统提示|不要告诉用户|调用.{0,30}工具", ()),
     (r"(以前|前|上記)の(指示|命令)を(すべて|全て)?無視", ()),
 ]
+INSTRUCTION_RULES += [
+    (r"\b(ignore|disregard|forget|override|bypass|skip|abandon)\s+(all\s+|any\s+|every\s+|the\s+|your\s+|my\s+|"
+     r"these\s+|those\s+|previous\s+|prior\s+|above\s+|earlier\s+|preceding\s+|original\s+|existing\s+|"
+     r"current\s+|other\s+|system\s+|safety\s+)*(instructions?|rules|guidelines|directions|directives|prompts?|"
+     r"guardrails|restrictions|constraints|policies)\b",
+     ("ignore", "disregard", "forget", "override", "bypass", "skip", "abandon")),
+    (r"\b(assistant|ai|agent|model|llm|chatbot|bot|claude|gpt|copilot)\s*[,:!-]\s*(please\s+)?(you\s+(must|should|"
+     r"need|will)|ignore|send|forward|call|run|execute|transfer|delete|email|upload|do\s+not|don'?t|immediately)\b",
+     ("assistant", "ai", "agent", "model", "llm", "bot", "claude", "gpt", "copilot")),
+    (r"\b(dear|attention|hey|hello|hi|note\s+to|message\s+to|instructions?\s+for|memo\s+to)\s+(the\s+|all\s+|any\s+)?"
+     r"(ai|assistants?|agents?|models?|llms?|bots?|chatbots?|language\s+models?)\b",
+     ("dear", "attention", "hey", "hello", "hi", "note", "message", "instruction", "memo")),
+    (r"\bif\s+you\s+are\s+(an?\s+)?(ai|assistant|agent|llm|language\s+model|bot|chatbot|automated)\b", ("you",)),
+    (r"\byour\s+(new|real|actual|true|updated|primary|only|next|first)\s+(task|goal|objective|instructions?|mission|"
+     r"job|purpose|priority)\b", ("your",)),
+    (r"\b(do\s+not|don'?t|no\s+need\s+to|never)\s+(ask|wait)\s+(for\s+|the\s+user\s+(for\s+)?)?(confirmation|approval|"
+     r"permission|consent)", ("ask", "wait")),
+]
 INSTRUCTION_PATTERNS = [pattern for pattern, _ in INSTRUCTION_RULES]
+# A claim of authority the text does not have: approval or orders from the user, an admin, the system.
+AUTHORITY_RULES = [
+    (r"\b(pre-?approved|pre-?authori[sz]ed|already\s+(been\s+)?(approved|authori[sz]ed|confirmed)\s+by)\b",
+     ("approved", "authori", "confirmed")),
+    (r"\b(authori[sz]ed|approved|requested|instructed|ordered|sanctioned)\s+by\s+(the\s+|your\s+)?(user|admin\w*|"
+     r"owner|operator|developer|system|security\s+team)\b",
+     ("authori", "approved", "requested", "instructed", "ordered", "sanctioned")),
+    (r"\b(message|instructions?|orders?|directive|command)\s+from\s+(the\s+|your\s+)?(user|admin\w*|owner|operator|"
+     r"developer|system|security\s+team)\b", ("from",)),
+    (r"\b(system|admin(istrator)?|security|developer|root)\s+(override|instructions?|command|directive)s?\b",
+     ("system", "admin", "security", "developer", "root")),
+    (r"\bthe\s+(user|admin\w*|owner|operator)\s+(has\s+|have\s+)?(already\s+)?(asked|wants|requested|instructed|"
+     r"authori[sz]ed|approved|told)\s+(you|the\s+assistant|the\s+agent)\b", ("user", "admin", "owner", "operator")),
+    (r"\bon\s+behalf\s+of\s+(the\s+)?(user|admin\w*|owner)\b", ("behalf",)),
+    (r"\b(ya\s+)?(aprobado|autorizado)\s+por\s+(el\s+)?(usuario|administrador)", ("aprobado", "autorizado")),
+    (r"\b(d[ée]j[àa]\s+)?(approuv|autoris)[ée]e?s?\s+par\s+(l'|le\s+)?(utilisateur|administrateur)",
+     ("approuv", "autoris")),
+    (r"\b(genehmigt|freigegeben|autorisiert)\s+(vom|von|durch\s+den)\s+(benutzer|nutzer|administrator|admin)",
+     ("genehmigt", "freigegeben", "autorisiert")),
+    (r"(用户|管理员|系统)已(经)?(批准|授权|同意)|预先批准|已获批准", ()),
+    (r"(пользователь|администратор)\s+(уже\s+)?(одобрил|разрешил|подтвердил)|предварительно\s+одобрен", ()),
+]
+# Asks to send data somewhere, add a hidden recipient, or put secrets where they leave.
+EXFILTRATION_RULES = [
+    (r"\b(send|forward|e-?mail|mail|upload|post|transfer|share|copy|submit|sync|paste|dump|export)\s+(me\s+|us\s+)?"
+     r"(all|every|each|the|a\s+copy\s+of|copies\s+of|your|this|these|any|full|entire)\b.{0,60}?\b(data|contents?|"
+     r"conversations?|chats?|history|messages?|emails?|inbox|files?|documents?|records?|logs?|credentials?|passwords?|"
+     r"secrets?|keys?|tokens?|contacts?|transcripts?|database|attachments?|customers?|details)\b.{0,80}?"
+     r"(\b(to|into|at)\s+[\w.+-]+@[\w-]+\.[\w.-]+|\b(to|into|at)\s+(https?|ftp)://|@[\w-]+\.[a-z]{2,})",
+     ("send", "forward", "mail", "upload", "post", "transfer", "share", "copy", "submit", "sync", "paste", "dump",
+      "export")),
+    (r"\b(add|include|put|always|also|secretly|silently|quietly)\b.{0,40}\bb?cc\b", ("add", "include", "put", "always",
+                                                                                     "also", "secretly", "silently",
+                                                                                     "quietly")),
+    (r"\b(append|attach|include|add|embed|insert|put|paste|encode)\s+(the\s+|your\s+|all\s+|any\s+|its\s+|my\s+)?"
+     r"(\w+\s+){0,2}?(api[\s_-]?keys?|secret\s+keys?|secrets|access\s+tokens?|tokens|passwords?|credentials|"
+     r"private\s+keys?|ssh\s+keys?|session\s+cookies?|env(ironment)?\s+variables|system\s+prompt)\b",
+     ("append", "attach", "include", "add", "embed", "insert", "put", "paste", "encode")),
+    (r"\bexfiltrat", ("exfiltrat",)),
+    (r"\b(secretly|silently|quietly|covertly|discreetly)\s+(send|forward|copy|email|upload|transfer|add|include|bcc|cc|"
+     r"call|run|delete|share)\b", ("secretly", "silently", "quietly", "covertly", "discreetly")),
+    (r"\b(hidden|secret|silent|invisible|blind)\s+(copy|cc|bcc|duplicate)\b", ("hidden", "secret", "silent",
+                                                                              "invisible", "blind")),
+    (r"\b(env[ií]a|reenv[ií]a|manda|transfiere|sube|comparte)\b.{0,60}\b(a|al)\s+[\w.+-]+@",
+     ("env", "reenv", "manda", "transfiere", "sube", "comparte")),
+    (r"\b(envoie[zs]?|envoyez|transf[eè]re[zr]?|transmet[sz]?|transmettez|partage[zr]?)\b.{0,60}\b(à|a)\s+[\w.+-]+@",
+     ("envo", "transf", "transm", "partage")),
+    (r"\b(sende|senden|schicke|schicken|leite|leiten|[üu]e?bertrage)\b.{0,60}\b(an|zu)\s+[\w.+-]+@",
+     ("send", "schick", "leite", "bertrage")),
+    (r"(发送|转发|上传|发给).{0,40}@|(отправ|перешл|пересл)\w*.{0,60}@|(送信|転送)して.{0,40}@", ()),
+]
+# Demands that the model use a tool (or move money, delete data) the task never asked for.
+TOOL_DEMAND_RULES = [
+    (r"\b(call|invoke|execute|run|use|trigger)\s+(the\s+)?`?[a-z]+_[a-z0-9_]+`?(\s+(tool|function))?\s*(\(|with\b|now\b|"
+     r"immediately\b|using\b|for\s+(all|every|each)\b)", ("call", "invoke", "execute", "run", "use", "trigger")),
+    (r"\b(transfer|wire|send)\s+.{0,40}\bto\s+(the\s+|this\s+|my\s+)?(account|iban|wallet|bitcoin|btc|crypto)\b",
+     ("transfer", "wire", "send")),
+    (r"\b(transfer|wire|send|refund|pay\s+out)\s+(all|every|the\s+(full|entire|remaining))\s+(\w+\s+)?(money|funds|"
+     r"balance|orders?|amounts?|payments?)\b", ("transfer", "wire", "send", "refund", "pay")),
+    (r"\b(delete|wipe|erase|destroy|drop)\s+(all|every|the\s+entire|each)\s+(\w+\s+)?(customers?|users?|records?|"
+     r"orders?|accounts?|emails?|repos?|repositories|tables?|database|backups?)\b",
+     ("delete", "wipe", "erase", "destroy", "drop")),
+    (r"\b(reembolsa|transfiere|borra|elimina)\s+(todos|todas|todo)\b|\b(rembourse[zr]?|supprime[zr]?|vire[zr]?)\s+"
+     r"(tout|toutes|tous)\b|\b(erstatte|l[öo]sche|[üu]berweise)\s+(alles|alle)\b",
+     ("reembolsa", "transfiere", "borra", "elimina", "rembourse", "supprime", "vire", "erstatte", "losche",
+      "berweise")),
+]
+# (code, severity, message, rules): each group's first match in any view of the text is one finding.
+RULE_GROUPS = [
+    ("model_instruction", Severity.HIGH,
+     "Contains instructions aimed at the model rather than a description of the tool.", INSTRUCTION_RULES),
+    ("authority_claim", Severity.MEDIUM, "Claims an authority it cannot have (pre-approved, from the user, admin "
+                                         "or system).", AUTHORITY_RULES),
+    ("exfiltration_ask", Severity.HIGH, "Asks to send data somewhere, add a hidden recipient or include secrets.",
+     EXFILTRATION_RULES),
+    ("tool_demand", Severity.HIGH, "Demands a tool call, a money movement or a deletion.", TOOL_DEMAND_RULES),
+]
 # Comments a reader never sees, holding words aimed at a model.
 HIDDEN_COMMENT = re.compile(r"(<!--.*?-->|\[//\]:\s*#\s*\(.*?\))", re.DOTALL)
 COMMENT_IMPERATIVE = re.compile(r"\b(assistant|system|ignore|instruction|call|invoke|must|do\s+not)\b", re.I)
-# Long base64 runs: decoded and scanned again (an instruction a reader cannot see at a glance).
-BASE64_RUN = re.compile(r"[A-Za-z0-9+/]{24,}={0,2}")
 SECRET_ACCESS = re.compile(
     r"\b(read|cat|open|print|send|include|contents?|upload|paste|copy|show|dump|leak|pass|attach|forward)\b",
     re.IGNORECASE)
@@ -85,31 +179,49 @@ SECRET_RULES = [  # (pattern, words) as for INSTRUCTION_RULES
     (r"\bmcp\.json\b", ("mcp.json",)),
 ]
 SECRET_PATTERNS = [pattern for pattern, _ in SECRET_RULES]
+EMAIL_RE = re.compile(r"[\w.+-]+@[\w-]+(\.[\w-]+)+")
 URL_RE = re.compile(r"\b(?:https?|ftp|wss?)://[^\s\"'<>)]+", re.IGNORECASE)
 EXFIL_HINTS = re.compile(
     r"(\{[^}]*\}|\?\S*=|webhook|ngrok|requestbin|pipedream|pastebin|burpcollaborator|interact\.sh|exfil)",
     re.IGNORECASE,
 )
 SEND_TO_URL = re.compile(r"\b(send|post|upload|forward|submit|report)\b.{0,80}\b(https?://)", re.IGNORECASE)
-HIDDEN_CHARS = re.compile("[\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff\u00ad\U000e0000-\U000e007f]")
 # Parameter parts that should never carry prose instructions.
 VALUE_KEYS = ("enum", "default", "const", "examples")
 
 _INSTRUCTION_RES = [(re.compile(p, re.IGNORECASE | re.DOTALL), words) for p, words in INSTRUCTION_RULES]
+_GROUP_RES = [(code, severity, message, [(re.compile(p, re.IGNORECASE | re.DOTALL), words) for p, words in rules])
+              for code, severity, message, rules in RULE_GROUPS]
+_ALL_WORDS = tuple(sorted({w for _, _, _, rules in RULE_GROUPS for _, words in rules for w in words}
+                          | {w for _, words in SECRET_RULES for w in words}))
 _SECRET_RES = [(re.compile(p, re.IGNORECASE), words) for p, words in SECRET_RULES]
 
 
-def _candidates(rules: list[tuple[re.Pattern[str], tuple[str, ...]]], text: str) -> Iterator[re.Pattern[str]]:
-    """The rules' patterns that may match `text`, in order (see INSTRUCTION_RULES)."""
+def _candidates(rules: list[tuple[re.Pattern[str], tuple[str, ...]]], text: str,
+                present: frozenset[str] | None = None) -> Iterator[re.Pattern[str]]:
+    """The rules' patterns that may match `text`, in order (see INSTRUCTION_RULES). `present`: the rule words
+    found in `text` (`_present_words`), when the caller tries several rule lists on the same text."""
     if not text.isascii():
         yield from (regex for regex, _ in rules)
         return
+    if present is None:
+        folded = text.lower()
+        yield from (regex for regex, words in rules if any(word in folded for word in words))
+        return
+    yield from (regex for regex, words in rules if not present.isdisjoint(words))
+
+
+def _present_words(text: str) -> frozenset[str]:
+    """Which of all the rules' words occur in an ASCII text: each word looked for once, not once per rule."""
+    if not text.isascii():
+        return frozenset()
     folded = text.lower()
-    yield from (regex for regex, words in rules if any(word in folded for word in words))
+    return frozenset(word for word in _ALL_WORDS if word in folded)
 
 
-def _search(rules: list[tuple[re.Pattern[str], tuple[str, ...]]], text: str) -> re.Match[str] | None:
-    return next((m for regex in _candidates(rules, text) if (m := regex.search(text))), None)
+def _search(rules: list[tuple[re.Pattern[str], tuple[str, ...]]], text: str,
+            present: frozenset[str] | None = None) -> re.Match[str] | None:
+    return next((m for regex in _candidates(rules, text, present) if (m := regex.search(text))), None)
 
 
 @dataclass(frozen=True)
@@ -133,8 +245,52 @@ def scan_definition(definition: dict[str, Any], *, limit: int = DESCRIPTION_LIMI
                                 "long descriptions can hide instructions."))
     for where, text, is_value in _texts(definition):
         findings.extend(scan_text(text, where=where, is_value=is_value))
+        findings.extend(_hiding_findings(text, where=where, limit=limit))
+    if claims_read_only_but_acts(name=definition.get("name", ""), annotations=definition.get("annotations")):
+        findings.append(Finding("annotation_contradiction", Severity.MEDIUM, "annotations",
+                                f"Claims to be read-only (readOnlyHint) but its name, {definition.get('name')!r}, says "
+                                "it acts: the claim is not believed and the tool keeps the write risk."))
     unique = {(f.code, f.where): f for f in findings}
     return [f.as_dict() for f in unique.values()]
+
+
+def scan_server(*, instructions: str, prompts: list[dict[str, Any]], resources: list[dict[str, Any]],
+                resource_templates: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """Findings in what a server says besides its tools: its `instructions`, its prompts (names, titles,
+    descriptions, argument descriptions) and its resources' and resource templates' descriptions."""
+    texts: list[tuple[str, str]] = [("instructions", instructions or "")]
+    for kind, items in (("prompt", prompts), ("resource", resources), ("resource template", resource_templates)):
+        for item in items or []:
+            label = f"{kind} {item.get('name') or item.get('uri') or item.get('uriTemplate') or '?'}"
+            texts += [(f"{label} {key}", item[key]) for key in ("title", "description")
+                      if isinstance(item.get(key), str)]
+            texts += [(f"{label} argument {arg.get('name', '?')}", arg["description"])
+                      for arg in item.get("arguments") or [] if isinstance(arg, dict)
+                      and isinstance(arg.get("description"), str)]
+    findings: list[Finding] = []
+    for where, text in texts:
+        if text:
+            findings += [*scan_text(text, where=where),
+                         *_hiding_findings(text, where=where, limit=SERVER_TEXT_LIMIT)]
+    unique = {(f.code, f.where): f for f in findings if f.severity != Severity.LOW}
+    return [f.as_dict() for f in unique.values()]
+
+
+SERVER_TEXT_LIMIT = 10 * DESCRIPTION_LIMIT
+LONG_BLANK = re.compile(r"\s{200,}\S")
+
+
+def _hiding_findings(text: str, *, where: str, limit: int) -> list[Finding]:
+    """Text set where a person reading the definition will not see it: after a long run of blank space, or
+    past the length a form shows. Everything is scanned (scan_text); this says it is hidden."""
+    found = []
+    if LONG_BLANK.search(text):
+        found.append(Finding("hidden_after_whitespace", Severity.HIGH, where,
+                             "Text follows a long run of blank space, where a person reading it will not see it."))
+    if len(text) > limit and scan_text(text[limit:], where=where):
+        found.append(Finding("hidden_past_limit", Severity.HIGH, where,
+                             f"Past its first {limit} characters the text holds something the scan flags."))
+    return found
 
 
 def scan_text(text: str, *, where: str, is_value: bool = False) -> list[Finding]:
@@ -149,18 +305,15 @@ def scan_text(text: str, *, where: str, is_value: bool = False) -> list[Finding]
         names = sorted({f"U+{ord(c):04X}" for c in hidden})
         found.append(Finding("hidden_unicode", Severity.HIGH, where,
                              f"Invisible characters ({', '.join(names[:5])}) can hide text from people."))
-    # full-width letters read as ASCII
-    visible = text if ascii else unicodedata.normalize("NFKC", HIDDEN_CHARS.sub("", text))
-    if _search(_INSTRUCTION_RES, visible):
-        found.append(Finding("model_instruction", Severity.HIGH, where,
-                             "Contains instructions aimed at the model rather than a description of the tool."))
+    # Every form of the text worth matching (disguises.views): itself, and for text beyond ASCII its visible,
+    # folded and Latin-skeleton forms, plus anything embedded as base64/hex/URL-encoding/HTML entities.
+    text_views = list(views(text))
+    visible = text if ascii else text_views[1][1]
+    found.extend(_rule_findings(text_views, where))
     if ("<!--" in visible or "[//]" in visible) and any(COMMENT_IMPERATIVE.search(c)
                                                         for c in HIDDEN_COMMENT.findall(visible)):
         found.append(Finding("hidden_comment", Severity.HIGH, where,
                              "A comment that a person reading the text would not see holds words aimed at the model."))
-    if _encoded_instruction(visible):
-        found.append(Finding("encoded_instruction", Severity.HIGH, where,
-                             "Base64-encoded text that decodes to instructions aimed at the model."))
     secret = _search(_SECRET_RES, visible)
     if secret is not None:
         near = visible[max(0, secret.start() - 80):secret.end() + 80]
@@ -168,22 +321,43 @@ def scan_text(text: str, *, where: str, is_value: bool = False) -> list[Finding]
         found.append(Finding("secret_path", severity, where,
                              "Refers to secrets or credential files (keys, .env, ~/.ssh, credentials)."))
     found.extend(_url_findings(visible, where))
+    if is_value and (URL_RE.search(visible) or EMAIL_RE.search(visible)):
+        found.append(Finding("address_in_value", Severity.MEDIUM, where,
+                             "A parameter value (enum/default/example) holds a URL or an email address: where data "
+                             "would go."))
     if is_value and len(visible) > 80 and len(visible.split()) > 10:
         found.append(Finding("prose_in_value", Severity.MEDIUM, where,
                              "A parameter value (enum/default/example) holds prose; values should be data."))
     return found
 
 
-def _encoded_instruction(text: str) -> bool:
-    for run in BASE64_RUN.findall(text)[:20]:
-        try:
-            decoded = base64.b64decode(run + "=" * (-len(run) % 4), validate=True).decode("utf-8")
-        except (ValueError, UnicodeDecodeError):
-            continue
-        readable = all(c.isprintable() or c.isspace() for c in decoded)
-        if readable and (_search(_INSTRUCTION_RES, decoded) or _search(_SECRET_RES, decoded)):
-            return True
-    return False
+def _rule_findings(text_views: list[tuple[str, str]], where: str) -> list[Finding]:
+    """One finding per rule group that matches some view; a match only inside encoded text is
+    `encoded_instruction` (high), naming the encoding."""
+    found: list[Finding] = []
+    encoded: set[str] = set()
+    present = [_present_words(view) for _, view in text_views]
+    for code, severity, message, rules in _GROUP_RES:
+        plain_match = False
+        for (disguise, view), words in zip(text_views, present, strict=True):
+            is_plain = disguise in ("", "unicode", "homoglyphs")
+            if (is_plain and plain_match) or not _search(rules, view, words):
+                continue
+            if is_plain:  # one finding per group for what a reader sees; encoded text is looked at apart
+                note = " (written with look-alike letters)" if disguise == "homoglyphs" else ""
+                found.append(Finding(code, severity, where, message + note))
+                plain_match = True
+            else:
+                encoded.add(disguise)
+    for disguise, view in text_views:  # an encoded ask to read a secret (a mere mention is not enough)
+        if disguise not in ("", "unicode", "homoglyphs") and (secret := _search(_SECRET_RES, view)) and \
+                SECRET_ACCESS.search(view[max(0, secret.start() - 80):secret.end() + 80]):
+            encoded.add(disguise)
+    if encoded:
+        found.append(Finding("encoded_instruction", Severity.HIGH, where,
+                             f"Text encoded as {', '.join(sorted(encoded))} decodes to instructions aimed at the "
+                             "model."))
+    return found
 
 
 def _url_findings(text: str, where: str) -> list[Finding]:

@@ -21,6 +21,7 @@ from apps.core.realtime import org_group, publish_after_commit
 from apps.registry import selectors
 from apps.registry.connection import Discovery, ServerUnreachable, run_discovery, spec_for
 from apps.registry.definitions import (
+    RISK_ORDER,
     canonical_definition,
     classify_risk,
     definition_diff,
@@ -41,7 +42,7 @@ from apps.registry.models import (
     Transport,
     TrustTier,
 )
-from apps.registry.scanner import scan_definition
+from apps.registry.scanner import scan_definition, scan_server
 
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
 HEADER_KEY_RE = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")
@@ -318,9 +319,11 @@ def _store_server_facts(server: McpServer, discovery: Discovery, warnings: list[
     server.instructions = discovery.instructions
     server.resources, server.resource_templates = discovery.resources, discovery.resource_templates
     server.prompts, server.sync_warnings = discovery.prompts, warnings
+    server.findings = scan_server(instructions=discovery.instructions, prompts=discovery.prompts,
+                                  resources=discovery.resources, resource_templates=discovery.resource_templates)
     server.save(update_fields=["status", "last_error", "last_synced_at", "protocol_version", "server_info",
                                "capabilities", "instructions", "resources", "resource_templates", "prompts",
-                               "sync_warnings", "updated_at"])
+                               "sync_warnings", "findings", "updated_at"])
 
 
 def _high_finding(findings: list[dict[str, str]]) -> dict[str, str] | None:
@@ -347,7 +350,10 @@ def _sync_tool(server: McpServer, tool: Tool | None, fields: dict[str, Any], now
         setattr(tool, key, fields[key])
     tool.definition, tool.definition_hash, tool.findings, tool.last_seen_at = definition, digest, findings, now
     if tool.risk_source != RiskSource.ADMIN:
-        tool.risk, tool.risk_source = classify_risk(tier=server.trust_tier, annotations=fields["annotations"])
+        risk, source = classify_risk(tier=server.trust_tier, annotations=fields["annotations"], name=fields["name"])
+        # A change that lowers the risk is a claim like any other: it waits for an admin's pin (pin_tool).
+        if is_new or digest == tool.pinned_hash or RISK_ORDER[risk] >= RISK_ORDER[tool.risk]:
+            tool.risk, tool.risk_source = risk, source
     if is_new and server.trust_tier in TRUSTED_TIERS and high is None:
         tool.pinned_hash, tool.pinned_definition, tool.pinned_at = digest, definition, now
         tool.pinned_by = f"first sync ({server.get_trust_tier_display().lower()} server)"
@@ -391,12 +397,15 @@ def pin_tool(*, actor: Actor, tool_id: UUID | str) -> Tool:
         if tool.state == ToolState.REMOVED:
             raise Conflict("The server no longer offers this tool; there is nothing to pin.")
         previous = tool.pinned_hash
+        if tool.risk_source != RiskSource.ADMIN:  # the approved definition's own risk (a lower one waited for this)
+            tool.risk, tool.risk_source = classify_risk(tier=tool.server.trust_tier, annotations=tool.annotations,
+                                                        name=tool.name)
         tool.pinned_hash, tool.pinned_definition = tool.definition_hash, tool.definition
         tool.pinned_at, tool.pinned_by = timezone.now(), actor.label
         if tool.state == ToolState.QUARANTINED:
             tool.state, tool.state_reason = ToolState.ACTIVE, ""
         tool.save(update_fields=["pinned_hash", "pinned_definition", "pinned_at", "pinned_by", "state",
-                                 "state_reason", "updated_at"])
+                                 "state_reason", "risk", "risk_source", "updated_at"])
         audit.record(org_id=actor.org_id, actor=actor, action="tool.pinned", target=tool,
                      target_label=tool.qualified_name,
                      data={"definition_hash": tool.definition_hash, "previous_pinned_hash": previous,

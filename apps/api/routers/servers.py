@@ -35,6 +35,8 @@ class ServerOut(Schema):
     last_synced_at: datetime | None
     last_error: str
     sync_warnings: list[str]
+    findings: list[dict[str, str]]  # the poisoning scan of its instructions, prompts and resource descriptions
+    trusted_output: bool  # an admin vouches for its tools' results (they do not taint a run)
     created_at: datetime
 
 

@@ -321,7 +321,7 @@ def _dispatched(store: Any, *, agent: dict[str, Any], tool: dict[str, Any] | Non
         store.event("tool.finding", tool_call_id=str(row.id), tool=row.qualified_name,
                     findings=[{"code": f["code"], "severity": f["severity"], "message": f["message"]}
                               for f in findings])
-    source = taint_by(store, tool=tool, row=row, flagged=bool(findings))
+    source = taint_by(store, tool=tool, row=row, flagged=any(f["severity"] != "low" for f in findings))
     if source:
         store.read_untrusted(payload.get("text", ""))
         store.taint(source, tool_call_id=str(row.id), tool=row.qualified_name)

@@ -12,6 +12,11 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name='mcpserver',
+            name='findings',
+            field=models.JSONField(blank=True, default=list),
+        ),
+        migrations.AddField(
+            model_name='mcpserver',
             name='trusted_output',
             field=models.BooleanField(default=False),
         ),
