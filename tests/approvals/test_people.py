@@ -118,7 +118,7 @@ def test_with_separation_of_duties_the_starter_approves_on_no_path(desk, org):
     answer = vote(token_for(org, "admin", member=starter), request.id)
     assert answer.status_code == 403 and "separates duties" in answer.json()["detail"]
     browser = Client()
-    assert browser.login(username=starter.user.email, password=PASSWORD)
+    browser.force_login(starter.user)
     page = browser.get("/inbox/")
     assert "separates duties" in page.content.decode()
     request.refresh_from_db()
