@@ -14,7 +14,7 @@ from apps.approvals.models import ApprovalRequest
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
 from apps.runs import services
 from tests.approvals.test_decisions import A1001, held_run
-from tests.factories import PASSWORD, add_member, token_for
+from tests.factories import add_member, token_for
 
 
 def vote(token: str, approval_id, decision: str = "approve", **body):
