@@ -99,6 +99,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "apps.web.middleware.ProbeMiddleware",  # /healthz, /readyz, /metrics: answered before host checks
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -298,7 +299,7 @@ if not DEBUG:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = True
     SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", default=True)
     # Health checks come from inside the cluster over plain HTTP.
-    SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+    SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 
 LOGGING = {
     "version": 1,
@@ -310,6 +311,11 @@ LOGGING = {
     "loggers": {"django.channels.server": {"level": "WARNING"},
                 "axes": {"level": "WARNING"}},  # a line per sign-in otherwise; lockouts are warnings
 }
+
+# --- Observability (docs/operations.md: "Metrics", "Logs") ---------------------------------------------
+# /metrics answers a bearer token or a scraper inside these networks (it spans every organisation).
+AIRLOCK_METRICS_TOKEN = os.environ.get("AIRLOCK_METRICS_TOKEN", "")
+AIRLOCK_METRICS_ALLOW = env_list("AIRLOCK_METRICS_ALLOW", "127.0.0.1/32,::1/128")
 
 # Safety (docs/operations.md): per-run rate limit on the calls of one tool (later calls are refused with a
 # visible reason; the run's tool-call cap and the loop limit on identical calls stay as they are).

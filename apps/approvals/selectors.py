@@ -6,10 +6,19 @@ from collections.abc import Callable
 from uuid import UUID
 
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Count, Min, QuerySet
+from django.utils import timezone
 
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.core.errors import NotFound
+
+
+def pending_summary() -> dict[str, tuple[int, float]]:
+    """Every organisation's pending items (operators' metrics): slug -> (count, oldest age in seconds)."""
+    now = timezone.now()
+    rows = (ApprovalRequest.objects.filter(status=ApprovalStatus.PENDING).values_list("org__slug")
+            .annotate(n=Count("id"), oldest=Min("created_at")).order_by())
+    return {slug: (count, max(0.0, (now - oldest).total_seconds())) for slug, count, oldest in rows}
 
 
 def org_approvals(*, org_id: UUID | str, status: str | None = None, crew_id: UUID | str | None = None,

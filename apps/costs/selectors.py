@@ -348,6 +348,13 @@ def budget_use(*, org_id: UUID | str) -> list[BudgetUse]:
     return [BudgetUse(b, spent(b)) for b in org_budgets(org_id=org_id).exclude(scope=BudgetScope.RUN)]
 
 
+def all_budget_use() -> list[tuple[str, str, float]]:
+    """Every organisation's monthly budgets as (org slug, budget, spent / amount): operators' metrics."""
+    budgets = Budget.objects.exclude(scope=BudgetScope.RUN).select_related("org")
+    return [(b.org.slug, f"{b.scope}:{b.target_label or b.target_id or 'org'}",
+             float(spent(b) / b.amount_usd) if b.amount_usd else 1.0) for b in budgets]
+
+
 def target_budget_use(*, org_id: UUID | str, scope: str, target_id: UUID | str) -> BudgetUse | None:
     """A crew's or agent's monthly budget with this month's spend, or None (the agent and crew pages)."""
     budget = Budget.objects.filter(org_id=org_id, scope=scope, target_id=target_id).first()

@@ -55,6 +55,7 @@ from starlette.responses import JSONResponse
 
 from apps.agents.policy import CallFacts, PolicyDecision, decide
 from apps.audit.org_secrets import OrgSecrets, redact_outside
+from apps.core.metrics import GATEWAY_CALLS, observe_tool_call
 from apps.gateway import catalog, changes, ledger, ratelimit, selectors
 from apps.gateway.catalog import AgentView, GrantedTool
 from apps.gateway.downstream import LoopPool
@@ -353,8 +354,10 @@ class Gateway:
                 "reason": decision.reason, "error_class": "validation" if decision.rule == "invalid_arguments"
                 else "permission", "decided_at": now, "finished_at": now},
                 event="tool.decided", event_data={"decision": "deny", "state": "denied", "rule": decision.rule})
+            GATEWAY_CALLS.labels(outcome="denied").inc()
             return _error(f"DENIED by Airlock: {decision.reason}")
         if decision.decision == "hold":
+            GATEWAY_CALLS.labels(outcome="held").inc()
             return await self._held(ctx, identity, view, session, tool, fields, decision, actor)
         return await self._forward(identity, view, session, tool, fields, arguments, decision, actor)
 
@@ -371,6 +374,8 @@ class Gateway:
         record = {**fields, "decision": "allow", "rule": decision.rule, "reason": decision.reason,
                   "decided_at": decided, "dispatched_at": decided, "finished_at": finished, "attempts": 1}
         result, payload, findings, error, state, error_class = outcome
+        observe_tool_call(state=state, source="gateway", dispatched_at=decided, finished_at=finished)
+        GATEWAY_CALLS.labels(outcome="error" if result is None or (payload and payload.get("is_error")) else "ok").inc()
         taint = self._taint_reason(session, tool, findings)
         self._record(session, identity, actor, {
             **record, "state": state, "result": payload, "error": error[:4000], "error_class": error_class,

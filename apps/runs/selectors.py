@@ -8,10 +8,10 @@ from typing import Any
 from uuid import UUID
 
 from django.core.exceptions import ValidationError
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from apps.core.errors import NotFound
-from apps.runs.models import CallState, Run, RunEvent, RunStep, StepKind, ToolCall
+from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
 
 
 def org_runs(*, org_id: UUID | str, status: str | None = None, crew_id: UUID | str | None = None,
@@ -32,6 +32,13 @@ def org_runs(*, org_id: UUID | str, status: str | None = None, crew_id: UUID | s
     if until:
         runs = runs.filter(created_at__lt=until)
     return runs.order_by("-created_at")
+
+
+def count_by_status() -> dict[str, int]:
+    """Every organisation's runs by status (operators' metrics; every status present, 0 when none)."""
+    counts = dict.fromkeys(RunStatus.values, 0)
+    counts.update(Run.objects.values_list("status").annotate(n=Count("id")).order_by())
+    return counts
 
 
 def get_run(*, org_id: UUID | str, run_id: UUID | str) -> Run:

@@ -34,6 +34,7 @@ from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
 from apps.core.db import pipeline
 from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.core.metrics import APPROVAL_DECISION_SECONDS
 from apps.core.rows import Columns, fetch
 from apps.costs import selectors as budgets
 from apps.crews import selectors as crews
@@ -270,6 +271,9 @@ def decide_approval(*, actor: Actor, approval_id: UUID | str, decision: str, arg
             return request
         append_event(run.id, "approval.decided", approval_id=str(request.id), tool_call_id=str(request.tool_call_id),
                      decision=request.status, by=actor.label, comment=comment[:500], edited=edited is not None)
+        if request.decided_at:
+            APPROVAL_DECISION_SECONDS.labels(decision=request.status).observe(
+                (request.decided_at - request.created_at).total_seconds())
         if _resume_if_ready(run, enqueue=False):
             resume.append(run.id)
     return request

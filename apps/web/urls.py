@@ -1,6 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path, reverse_lazy
 
+from apps.web import metrics
 from apps.web.views import (
     agents,
     audit,
@@ -25,6 +26,8 @@ app_name = "web"
 urlpatterns = [
     path("", dashboard.dashboard, name="dashboard"),
     path("healthz", dashboard.healthz, name="healthz"),
+    path("readyz", dashboard.readyz, name="readyz"),
+    path("metrics", metrics.metrics, name="metrics"),
     # Sign in and accounts
     path("login/", auth.SignInView.as_view(), name="login"),
     path("logout/", auth.sign_out, name="logout"),

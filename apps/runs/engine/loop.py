@@ -15,6 +15,7 @@ from typing import Any
 from django.utils import timezone
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 
+from apps.core.metrics import STEP_SECONDS
 from apps.runs.engine.errors import StopRun
 from apps.runs.engine.model import call_model, offered_tools
 from apps.runs.engine.process import ROUTING, end_turn, start_next
@@ -32,12 +33,15 @@ def advance(store: Any, *, max_steps: int = STEPS_PER_TASK, max_seconds: float =
 
 def _advance(store: Any, *, started: float, max_steps: int, max_seconds: float) -> str:
     for _ in range(max_steps):
+        begun = time.perf_counter()
         try:
             outcome = step(store)
         except StopRun as stop:
+            STEP_SECONDS.labels(outcome="stopped").observe(time.perf_counter() - begun)
             store.finish(stop.status, output=store.run.state.get("last_output", ""), error=stop.message,
                          error_class=stop.error_class)
             return "finished"
+        STEP_SECONDS.labels(outcome=outcome).observe(time.perf_counter() - begun)
         if outcome != "continue":
             return outcome
         if time.monotonic() - started > max_seconds:

@@ -18,6 +18,7 @@ from apps.approvals.models import ApprovalRequest
 from apps.audit import services as audit
 from apps.audit.org_secrets import OrgSecrets
 from apps.core.db import send_expected
+from apps.core.metrics import observe_tool_call
 from apps.core.rows import fetch
 from apps.registry.models import Tool
 from apps.runs.models import CallState, RunStep, ToolCall
@@ -194,6 +195,7 @@ class Ledger:
                       findings=findings or [], finished_at=timezone.now())
         event_data = {"state": state, "is_error": bool(result and result.get("is_error")), "error": error[:300],
                       "findings": len(findings or [])}
+        observe_tool_call(state=state, source="run", dispatched_at=row.dispatched_at, finished_at=fields["finished_at"])
         if not defer:
             return self.set_call(row, expect=CallState.DISPATCHED, event="tool.completed", event_data=event_data,
                                  **fields)

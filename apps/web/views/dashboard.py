@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 
+from apps.core import health
 from apps.web.access import member_required
 from apps.web.home import dashboard_context
 
@@ -33,8 +34,16 @@ def coming_soon(request: HttpRequest, section: str) -> HttpResponse:
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
-    from django.db import connection
+    """Liveness: the process answers and reaches its database."""
+    problem = health.database()
+    return JsonResponse({"status": "failing", "problem": problem} if problem else {"status": "ok"},
+                        status=503 if problem else 200)
 
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-    return JsonResponse({"status": "ok"})
+
+def readyz(request: HttpRequest) -> JsonResponse:
+    """Readiness: database, migrations, Redis, broker; 503 naming what is wrong."""
+    problems = health.readiness()
+    failing = {name: why for name, why in problems.items() if why}
+    checks = {name: why or "ok" for name, why in problems.items()}
+    body = {"status": "failing" if failing else "ready", "checks": checks}
+    return JsonResponse(body, status=503 if failing else 200)

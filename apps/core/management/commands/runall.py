@@ -17,6 +17,7 @@ import sys
 import time
 
 from django.conf import settings
+from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 PR_SET_PDEATHSIG = 1
@@ -52,6 +53,9 @@ class Command(BaseCommand):
             "gateway": [python, "-m", "uvicorn", "config.gateway:app", "--host", host, "--port", str(gateway_port),
                         "--no-access-log"],
         }
+        # One metrics directory for the four processes, emptied now that none of them runs (apps/core/metrics.py).
+        os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(settings.VAR_DIR / "metrics"))
+        call_command("reset_metrics", stdout=self.stdout)
         children = {name: subprocess.Popen(argv, preexec_fn=_child_setup) for name, argv in commands.items()}
         self.stdout.write(self.style.SUCCESS(f"Airlock is starting on http://{host}:{port}/ (Ctrl-C stops it)"))
         self.stdout.write(f"MCP gateway for outside hosts: http://{host}:{gateway_port}/mcp "
