@@ -55,6 +55,9 @@ app.conf.update(
     worker_send_task_events=False,
     # No task here has a rate limit: the consumer skips the token-bucket step for every message.
     worker_disable_rate_limits=True,
+    # Exactly one beat sends the schedule: its scheduler waits for the beat lock before opening the
+    # schedule file (apps/core/beat_lock.py).
+    beat_scheduler="apps.core.beat_lock:LockedScheduler",
     beat_schedule={
         "worker-heartbeat": {"task": "apps.core.tasks.record_worker_heartbeat", "schedule": 30.0},
         "prune-broadcasts": {"task": "apps.core.tasks.prune_broadcasts", "schedule": 60.0},

@@ -27,7 +27,8 @@ def queue_depths() -> dict[str, int]:
 
         client = redis.Redis.from_url(settings.CELERY_BROKER_URL, socket_timeout=2, socket_connect_timeout=2)
         try:
-            return {queue: int(client.llen(queue)) for queue in QUEUES}
+            prefix = settings.CELERY_BROKER_TRANSPORT_OPTIONS.get("global_keyprefix", "")
+            return {queue: int(client.llen(f"{prefix}{queue}")) for queue in QUEUES}
         finally:
             client.close()
     folder = Path(settings.BROKER_DIR) / "queue"
