@@ -103,6 +103,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "apps.web.middleware.RequestContextMiddleware",  # request id, org, user on every log line
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -301,12 +302,18 @@ if not DEBUG:
     # Health checks come from inside the cluster over plain HTTP.
     SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]
 
+# One JSON object per line for a log pipeline (`json`, the default outside DEBUG), or text for a person
+# (`plain`); both mask credential shapes (apps/audit/log_format.py).
+AIRLOCK_LOG_FORMAT = os.environ.get("AIRLOCK_LOG_FORMAT", "plain" if DEBUG else "json")
+if AIRLOCK_LOG_FORMAT not in {"json", "plain"}:
+    raise RuntimeError(f"AIRLOCK_LOG_FORMAT must be json or plain, not {AIRLOCK_LOG_FORMAT!r}.")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"()": "apps.audit.log_format.RedactingFormatter",  # credential shapes masked
-                             "format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+                             "format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+                   "json": {"()": "apps.audit.log_format.JsonFormatter"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": AIRLOCK_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"},
                 "axes": {"level": "WARNING"}},  # a line per sign-in otherwise; lockouts are warnings

@@ -19,6 +19,8 @@ os.environ.setdefault("AIRLOCK_CHANNEL_PREFIX", f"airlock-{RUN_ID}")
 os.environ.setdefault("AIRLOCK_API_TOKEN_FAILURES", "100000")
 # Playwright's sync API runs an event loop in the test thread; fixtures still use the ORM there.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+# The processes tests start log for a person reading a failure (tests of the JSON format set their own).
+os.environ.setdefault("AIRLOCK_LOG_FORMAT", "plain")
 
 from config.settings import *  # noqa: E402, F403
 

@@ -69,24 +69,40 @@ def test_sign_up_is_off_in_production_unless_turned_on():
 
 def _command_exists(command: list[str]) -> None:
     program, *args = command
-    if program == "uvicorn":
+    if program == "sh":  # `sh -c "a && b"`: each part must exist
+        assert args[0] == "-c"
+        for part in args[1].split("&&"):
+            _command_exists(part.split())
+    elif program == "uvicorn":
         module, attribute = args[0].split(":")
         assert args[0] in {"config.asgi:application", "config.gateway:app"}, args[0]
         assert hasattr(importlib.import_module(module), attribute), args[0]
     elif program == "celery":
         assert args[0] == "-A"
         assert hasattr(importlib.import_module(args[1]), "celery_app")
-        assert args[2] in {"worker", "beat"}
-    elif program == "python":
-        assert args[0] == "manage.py"
+        assert args[2] in {"worker", "beat", "inspect"}
+    elif program == "python" and args[0] == "manage.py":
         assert args[1] in get_commands(), f"no management command {args[1]}"
+    elif program == "python" and args[0] == "-c":
+        assert re.search(r"urlopen\('http://127\.0\.0\.1:\d+/(healthz|readyz)'\)", args[1]), args[1]
     else:
         raise AssertionError(f"unexpected program {program}")
 
 
+def _compose() -> dict:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+
+
+def test_the_compose_file_is_valid_against_the_compose_specification():
+    """The schema docker compose itself validates with, vendored by check-jsonschema (no network)."""
+    result = subprocess.run([str(Path(sys.executable).with_name("check-jsonschema")), "--builtin-schema",
+                             "vendor.compose-spec", str(ROOT / "docker-compose.yml")],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "ok -- validation done" in result.stdout, result.stdout + result.stderr
+
+
 def test_every_compose_service_runs_a_command_that_exists():
-    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
-    services = compose["services"]
+    services = _compose()["services"]
     assert {"postgres", "redis", "web", "worker", "beat"} <= set(services)
     built = {name: s for name, s in services.items() if s.get("build")}
     assert {"web", "worker", "beat", "migrate", "gateway"} <= set(built)
@@ -95,9 +111,56 @@ def test_every_compose_service_runs_a_command_that_exists():
         env = service["environment"]
         assert env["DATABASE_URL"].startswith("postgres://"), name
         assert env["REDIS_URL"].startswith("redis://"), name
-    for name in ("postgres", "redis", "web", "gateway"):
+        test = service.get("healthcheck", {}).get("test")
+        if test:
+            _command_exists(test[1:] if test[0] == "CMD" else test[1].split())
+    for name in ("postgres", "redis", "web", "gateway", "worker", "beat"):
         assert "healthcheck" in services[name], name
     assert (ROOT / "Dockerfile").exists()
+
+
+def test_the_compose_stack_keeps_its_data_and_has_no_fixed_password():
+    compose = _compose()
+    services = compose["services"]
+    assert "POSTGRES_PASSWORD" in services["postgres"]["environment"]
+    assert services["postgres"]["environment"]["POSTGRES_PASSWORD"].startswith("${POSTGRES_PASSWORD:?")
+    assert ":airlock@" not in services["web"]["environment"]["DATABASE_URL"]
+    for name in ("web", "worker", "beat", "gateway", "migrate"):
+        assert "airlock-data:/var/lib/airlock" in services[name]["volumes"], name  # sandbox work dirs survive
+        assert services[name]["environment"]["FORWARDED_ALLOW_IPS"], name  # the client's address, not the proxy's
+    assert {"pgdata", "redisdata", "airlock-data"} <= set(compose["volumes"])
+    assert int(services["worker"]["stop_grace_period"].rstrip("s")) >= 60  # a step finishes on shutdown
+    for name in ("worker", "gateway"):  # they start stdio MCP servers in bubblewrap
+        assert "seccomp=unconfined" in services[name]["security_opt"], name
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert re.search(r"FROM node:2[2-9]", dockerfile)  # a current Node for npm MCP servers
+
+
+SETTING_READ = re.compile(r"(?:os\.environ\.get|os\.environ\.setdefault|os\.getenv|env_bool|env_list)"
+                          r"""\(\s*["']([A-Z][A-Z0-9_]+)["']""")
+NOT_USER_SETTINGS = {"DJANGO_SETTINGS_MODULE", "CELERY_SKIP_CHECKS", "AIRLOCK_TEST_RUN_ID", "DJANGO_ALLOW_ASYNC_UNSAFE",
+                     "CELERY_TASK_ALWAYS_EAGER", "AIRLOCK_TEST_EMBEDDED", "AIRLOCK_UPDATE_SCREENSHOTS"}
+
+
+def settings_read() -> set[str]:
+    names = set()
+    for path in [*ROOT.glob("config/*.py"), *ROOT.glob("apps/**/*.py")]:
+        if path.name == "settings_test.py":
+            continue
+        names |= set(SETTING_READ.findall(path.read_text()))
+    return names - NOT_USER_SETTINGS
+
+
+def test_every_setting_the_code_reads_is_in_env_example_and_the_docs():
+    """A new environment variable must be documented where operators look: .env.example and the table."""
+    names = settings_read()
+    assert {"DATABASE_URL", "SECRET_KEY", "AIRLOCK_RUN_CALLS_PER_TOOL", "AIRLOCK_METRICS_TOKEN"} <= names
+    example = (ROOT / ".env.example").read_text()
+    listed = set(re.findall(r"^#?\s*([A-Z][A-Z0-9_]+)=", example, re.MULTILINE))
+    assert names - listed == set(), f"missing from .env.example: {sorted(names - listed)}"
+    table = (ROOT / "docs" / "operations.md").read_text()
+    documented = set(re.findall(r"`([A-Z][A-Z0-9_]+)`", table))
+    assert names - documented == set(), f"missing from docs/operations.md: {sorted(names - documented)}"
 
 
 def test_the_image_collects_static_files_with_production_settings():

@@ -11,6 +11,7 @@ from ninja.security import HttpBearer, SessionAuth
 from apps.accounts import selectors, services
 from apps.accounts.actors import Actor, member_actor, token_actor
 from apps.api import lockout
+from apps.core import log_context
 
 
 def client_ip(request: HttpRequest) -> str | None:
@@ -28,7 +29,9 @@ class BearerTokenAuth(HttpBearer):
             lockout.note_failure(ip=ip, token=token, token_prefix=services.TOKEN_PREFIX)
             return None
         services.note_token_used(token=api_token)
-        return token_actor(api_token, ip=client_ip(request))
+        actor = token_actor(api_token, ip=client_ip(request))
+        log_context.add(org=actor.org_id, actor=actor.label)
+        return actor
 
 
 class SessionMemberAuth(SessionAuth):
@@ -47,7 +50,9 @@ class SessionMemberAuth(SessionAuth):
         )
         if membership is None:
             return None
-        return member_actor(membership, ip=client_ip(request))
+        actor = member_actor(membership, ip=client_ip(request))
+        log_context.add(org=actor.org_id, actor=actor.label)
+        return actor
 
 
 API_AUTH = [BearerTokenAuth(), SessionMemberAuth()]

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from apps.core import log_context
 from apps.runs import services
 
 
 @shared_task
 def execute_run(run_id: str) -> str:
-    return services.advance_run(run_id=run_id)
+    with log_context.bind(run_id=run_id):
+        return services.advance_run(run_id=run_id)
 
 
 @shared_task
 def resume_run(run_id: str) -> str:
-    return services.advance_run(run_id=run_id)
+    with log_context.bind(run_id=run_id):
+        return services.advance_run(run_id=run_id)
 
 
 @shared_task

@@ -4,6 +4,7 @@ from django.urls import resolve
 from django.utils.functional import SimpleLazyObject
 
 from apps.accounts import selectors
+from apps.core import log_context
 
 PROBE_PATHS = {"/healthz", "/readyz", "/metrics"}
 
@@ -24,6 +25,27 @@ class ProbeMiddleware:
             match = resolve(request.path)
             return match.func(request)
         return self.get_response(request)
+
+
+class RequestContextMiddleware:
+    """Binds the request's id (from the ASGI wrapper, `log_context.RequestIds`, or a new one here under
+    WSGI and the test client) with the org and user for every log line written while it is served.
+    Org and user come from the session alone: no query is made to label a line."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        bound = log_context.current().get("request_id")
+        request.request_id = bound or log_context.request_id(request.headers.get("X-Request-ID", ""))
+        session = getattr(request, "session", None)
+        org = session.get(selectors.SESSION_ORG_KEY) if session is not None else None
+        user = session.get("_auth_user_id") if session is not None else None
+        with log_context.bind(request_id=request.request_id, org=org, user=user):
+            response = self.get_response(request)
+        if not bound:  # the ASGI wrapper adds the header itself
+            response["X-Request-ID"] = request.request_id
+        return response
 
 
 class CurrentOrganizationMiddleware:
