@@ -35,6 +35,10 @@ if not SECRET_KEY:
         raise RuntimeError("SECRET_KEY must be set when DEBUG is off (see docs/operations.md: Configuration).")
     SECRET_KEY = "airlock-insecure-development-key-do-not-use-in-production"
 
+# Earlier SECRET_KEYs, newest first: sessions and signed links made under them stay valid while you
+# rotate SECRET_KEY (docs/operations.md, "Rotate SECRET_KEY"). Secrets at rest use their own key.
+SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS")
+
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "localhost,127.0.0.1,[::1]" if DEBUG else "")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 

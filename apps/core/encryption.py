@@ -28,6 +28,11 @@ def _fernet() -> MultiFernet:
     return MultiFernet([Fernet(key.encode()) for key in keys])
 
 
+def keyring() -> MultiFernet:
+    """Every configured key, newest first (rotate_encryption_key re-encrypts under the first)."""
+    return _fernet()
+
+
 def encrypt(plaintext: str) -> str:
     return _fernet().encrypt(plaintext.encode()).decode()
 
