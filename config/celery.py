@@ -66,6 +66,8 @@ app.conf.update(
         "runs-sweep-stuck": {"task": "apps.runs.tasks.sweep_stuck_runs",
                              "schedule": float(os.environ.get("AIRLOCK_RUN_SWEEP_S", "1"))},
         "runs-expire-approvals": {"task": "apps.runs.tasks.expire_approvals", "schedule": 60.0},
+        # Bounded passes (apps/runs/retention.py): a backlog is worked through over several hours.
+        "runs-apply-retention": {"task": "apps.runs.tasks.apply_retention", "schedule": 3600.0},
         "notifications-retry-deliveries": {"task": "apps.notifications.tasks.retry_due_deliveries",
                                            "schedule": 30.0},
     },

@@ -225,3 +225,15 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} #{self.seq} {self.type}"
+
+
+class RunRetention(TenantModel):
+    """How long an organisation keeps the detail of finished runs: their events (the timeline and live
+    feed), the agents' conversations and the tool calls' arguments and results. The run itself, its
+    ledger rows (what was called, decided and when), costs and the audit log are kept: history and
+    spend stay true, and the audit chain stays verifiable (its rows are never deleted)."""
+
+    days = models.PositiveIntegerField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org"], name="run_retention_one_per_org")]

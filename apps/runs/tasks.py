@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 
 from apps.core import log_context
-from apps.runs import services
+from apps.runs import retention, services
 
 
 @shared_task
@@ -28,3 +28,8 @@ def sweep_stuck_runs() -> int:
 @shared_task
 def expire_approvals() -> int:
     return services.expire_due_approvals()
+
+
+@shared_task
+def apply_retention() -> int:
+    return sum(done.runs for done in retention.apply_retention())

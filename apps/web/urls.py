@@ -57,6 +57,7 @@ urlpatterns = [
     path("settings/gateway/<uuid:key_id>/revoke/", gateway.revoke_gateway_key, name="gateway_key_revoke"),
     path("settings/system/", system.system, name="system"),
     path("settings/system/check-worker/", system.check_worker, name="check_worker"),
+    path("settings/system/retention/", system.set_retention, name="set_retention"),
     path("settings/system/check-worker/<uuid:check_id>/", system.worker_check, name="worker_check"),
     path("audit/", audit.audit_log, name="audit"),
     path("audit/verify/", audit.audit_verify, name="audit_verify"),

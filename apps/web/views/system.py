@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.core import selectors, services
+from apps.core.errors import PermissionDenied, ValidationFailed
+from apps.runs import retention
 from apps.web.access import member_required
 
 
@@ -19,8 +23,26 @@ def system(request: HttpRequest) -> HttpResponse:
         "broker": "filesystem (embedded)" if settings.EMBEDDED else "Redis",
         "layer": "database-backed (embedded)" if settings.EMBEDDED else "Redis",
         "heartbeats": selectors.worker_heartbeats(),
+        "retention_days": retention.retention_days(org_id=request.actor.org_id),
+        "can_manage": request.actor.can("members.manage"),
     }
     return render(request, "web/settings/system.html", context)
+
+
+@require_POST
+@member_required()
+def set_retention(request: HttpRequest) -> HttpResponse:
+    raw = request.POST.get("days", "").strip()
+    try:
+        days = retention.set_retention(actor=request.actor, days=int(raw) if raw else None)
+    except ValueError:
+        messages.error(request, f"Retention: {raw!r} is not a number of days.")
+    except (ValidationFailed, PermissionDenied) as exc:
+        messages.error(request, f"Retention: {exc.message}")
+    else:
+        messages.success(request, f"Finished runs keep their detail for {days} days." if days
+                         else "Finished runs keep their detail forever.")
+    return redirect(reverse("web:system") + "#retention")
 
 
 @require_POST
