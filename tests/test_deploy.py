@@ -138,8 +138,10 @@ def test_the_compose_stack_keeps_its_data_and_has_no_fixed_password():
 
 SETTING_READ = re.compile(r"(?:os\.environ\.get|os\.environ\.setdefault|os\.getenv|env_bool|env_list)"
                           r"""\(\s*["']([A-Z][A-Z0-9_]+)["']""")
-NOT_USER_SETTINGS = {"DJANGO_SETTINGS_MODULE", "CELERY_SKIP_CHECKS", "AIRLOCK_TEST_RUN_ID", "DJANGO_ALLOW_ASYNC_UNSAFE",
-                     "CELERY_TASK_ALWAYS_EAGER", "AIRLOCK_TEST_EMBEDDED", "AIRLOCK_UPDATE_SCREENSHOTS"}
+# Set by Airlock's own entry points for their processes (config/asgi.py, config/celery.py), or by tests.
+NOT_USER_SETTINGS = {"AIRLOCK_DB_POOL", "DJANGO_SETTINGS_MODULE", "CELERY_SKIP_CHECKS", "AIRLOCK_TEST_RUN_ID",
+                     "DJANGO_ALLOW_ASYNC_UNSAFE", "CELERY_TASK_ALWAYS_EAGER", "AIRLOCK_TEST_EMBEDDED",
+                     "AIRLOCK_UPDATE_SCREENSHOTS"}
 
 
 def settings_read() -> set[str]:
