@@ -8,6 +8,13 @@ from django.core.asgi import get_asgi_application
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 if not settings.configured:  # this process serves ASGI (not a test process importing the app)
     os.environ.setdefault("AIRLOCK_DB_POOL", "1")  # Postgres connections from a pool, not one per thread
+
+from apps.core import tracing
+
+if tracing.configure("web"):  # OTEL_EXPORTER_OTLP_ENDPOINT set: a span per request (before the handler is built)
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+
+    DjangoInstrumentor().instrument()
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402

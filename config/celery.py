@@ -15,7 +15,7 @@ import uuid
 from celery import Celery
 from celery.contrib.django.task import DjangoTask
 from celery.schedules import crontab  # noqa: F401  (used by later beat entries)
-from celery.signals import task_postrun, task_prerun, worker_init
+from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # Celery's Django fixup runs Django's system checks when a worker starts; the URL check imports the
@@ -87,6 +87,14 @@ def generic_plans(**_: object) -> None:
     from apps.core.db import allow_generic_plans
 
     allow_generic_plans()
+
+
+@worker_process_init.connect
+def traces(**_: object) -> None:
+    """Each pool child exports its own spans (apps/core/tracing.py); nothing when no OTLP endpoint is set."""
+    from apps.core import tracing
+
+    tracing.configure("worker")
 
 
 @task_prerun.connect

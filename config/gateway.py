@@ -15,7 +15,10 @@ if not settings.configured:  # this process serves ASGI (not a test process impo
     os.environ.setdefault("AIRLOCK_DB_POOL", "1")  # Postgres connections from a pool, not one per thread
 django.setup()
 
+from apps.core import tracing  # noqa: E402
 from apps.gateway.app import build_app  # noqa: E402
+
+tracing.configure("gateway")  # the gateway's tool calls as spans when an OTLP endpoint is set
 
 app = build_app()
 

@@ -55,6 +55,7 @@ from starlette.responses import JSONResponse
 
 from apps.agents.policy import CallFacts, PolicyDecision, decide
 from apps.audit.org_secrets import OrgSecrets, redact_outside
+from apps.core import tracing
 from apps.core.metrics import GATEWAY_CALLS, observe_tool_call
 from apps.gateway import catalog, changes, ledger, ratelimit, selectors
 from apps.gateway.catalog import AgentView, GrantedTool
@@ -375,6 +376,8 @@ class Gateway:
                   "decided_at": decided, "dispatched_at": decided, "finished_at": finished, "attempts": 1}
         result, payload, findings, error, state, error_class = outcome
         observe_tool_call(state=state, source="gateway", dispatched_at=decided, finished_at=finished)
+        tracing.record("tool.call", start=decided, end=finished, tool=tool.qualified_name, state=state,
+                       source="gateway", agent=view.agent_name)
         GATEWAY_CALLS.labels(outcome="error" if result is None or (payload and payload.get("is_error")) else "ok").inc()
         taint = self._taint_reason(session, tool, findings)
         self._record(session, identity, actor, {

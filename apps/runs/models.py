@@ -76,6 +76,9 @@ class Run(TenantModel):
     # did, beside what its agents said. [{"tool_call_id", "tool", "state", "reason"}]
     attention = models.JSONField(default=list, blank=True)
     last_seq = models.PositiveIntegerField(default=0)  # of its events
+    # W3C traceparent of the run's root span when tracing is on (apps/core/tracing.py): every later task
+    # and decision for the run joins that trace.
+    trace_parent = models.CharField(max_length=64, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 

@@ -32,6 +32,7 @@ from apps.agents.prompts import compose_supervisor_prompt
 from apps.approvals import services as approvals
 from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
+from apps.core import tracing
 from apps.core.db import pipeline
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.metrics import APPROVAL_DECISION_SECONDS
@@ -159,10 +160,13 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
     if refusal:
         raise ValidationFailed(refusal, {"crew": refusal})
     try:
-        with transaction.atomic():
+        with transaction.atomic(), tracing.span("run.start", crew=crew.name, org_id=actor.org_id) as root:
             run = Run.objects.create(org_id=actor.org_id, crew=crew, crew_name=crew.name, inputs=clean,
                                      snapshot=snapshot, started_by_id=actor.user_id, started_by_label=actor.label,
-                                     idempotency_key=key, state={"task_index": 0, "outputs": {}})
+                                     idempotency_key=key, state={"task_index": 0, "outputs": {}},
+                                     trace_parent=tracing.traceparent())
+            if root is not None:
+                root.set_attribute("airlock.run_id", str(run.id))
             append_event(run.id, "run.queued", crew=crew.name, inputs=clean, by=actor.label)
             audit.record(org_id=actor.org_id, actor=actor, action="run.started", target=run, target_label=crew.name,
                          data={"inputs": clean, "crew_version": crew.version})
@@ -274,6 +278,9 @@ def decide_approval(*, actor: Actor, approval_id: UUID | str, decision: str, arg
         if request.decided_at:
             APPROVAL_DECISION_SECONDS.labels(decision=request.status).observe(
                 (request.decided_at - request.created_at).total_seconds())
+            tracing.record("approval.wait", start=request.created_at, end=request.decided_at,
+                           parent=trace_parent(run.id), run_id=run.id, decision=request.status,
+                           approval_id=request.id, title=request.title, by=actor.label)
         if _resume_if_ready(run, enqueue=False):
             resume.append(run.id)
     return request
@@ -462,6 +469,13 @@ def _claim(run_id: str, owner: str) -> Run | None:
     return run
 
 
+def trace_parent(run_id: UUID | str) -> str:
+    """The run's trace to join, read only when tracing is on (the claim does not carry it)."""
+    if not tracing.enabled():
+        return ""
+    return Run.objects.filter(id=run_id).values_list("trace_parent", flat=True).first() or ""
+
+
 def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
     """Claims the run and runs a bounded number of engine steps. A duplicate or stale delivery does nothing.
 
@@ -485,7 +499,8 @@ def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
         store = RunStore(run_id, owner, run=run)
         store.notices = notices if heard else None
         store.heartbeat = heartbeat = _start_heartbeat(run_id, owner, claimed_at)
-        return _advance_claimed(store, enqueue_next=enqueue_next)
+        with tracing.span("run.advance", parent=trace_parent(run_id), run_id=run_id, deliveries=run.deliveries):
+            return _advance_claimed(store, enqueue_next=enqueue_next)
     finally:
         if heartbeat is not None:
             heartbeat.stop()

@@ -15,6 +15,7 @@ from typing import Any
 from django.utils import timezone
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 
+from apps.core import tracing
 from apps.core.metrics import STEP_SECONDS
 from apps.runs.engine.errors import StopRun
 from apps.runs.engine.model import call_model, offered_tools
@@ -35,7 +36,8 @@ def _advance(store: Any, *, started: float, max_steps: int, max_seconds: float) 
     for _ in range(max_steps):
         begun = time.perf_counter()
         try:
-            outcome = step(store)
+            with tracing.span("run.step"):
+                outcome = step(store)
         except StopRun as stop:
             STEP_SECONDS.labels(outcome="stopped").observe(time.perf_counter() - begun)
             store.finish(stop.status, output=store.run.state.get("last_output", ""), error=stop.message,

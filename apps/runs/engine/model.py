@@ -12,6 +12,7 @@ import uuid
 from decimal import Decimal
 from typing import Any
 
+from django.utils import timezone
 from pydantic_ai import direct
 from pydantic_ai.messages import ModelMessage, ToolCallPart
 from pydantic_ai.models import ModelRequestParameters
@@ -19,6 +20,7 @@ from pydantic_ai.tools import ToolDefinition
 
 from apps.agents.policy import CallFacts, decide
 from apps.agents.providers import build_model, run_blocking
+from apps.core import tracing
 from apps.runs.engine.errors import StopRun, classify_model_error, egress_refusal, with_retries
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.limits import DEFAULT_MAX_TOKENS, PreCallContext, check_before_call, estimate_tokens
@@ -95,7 +97,7 @@ def call_model(store: Any, *, turn: Any, agent: dict[str, Any], messages: list[M
         store.event("retry", what="model", agent=agent["name"], attempt=attempt, delay_s=round(delay, 2),
                     error=store.redact_outside(str(exc))[:300])
 
-    started = time.monotonic()
+    started, began = time.monotonic(), timezone.now()
     try:
         response = with_retries(once, classify=classify_model_error, on_retry=on_retry)
     except Exception as exc:
@@ -105,6 +107,9 @@ def call_model(store: Any, *, turn: Any, agent: dict[str, Any], messages: list[M
     latency_ms = int((time.monotonic() - started) * 1000)
     calls = [proposed_call(part, offered=offered, tools=tools)
              for part in response.parts if isinstance(part, ToolCallPart)]
+    tracing.record("model.call", start=began, end=timezone.now(), agent=agent["name"], provider=provider,
+                   model=response.model_name or model_name, input_tokens=response.usage.input_tokens,
+                   output_tokens=response.usage.output_tokens, tool_calls=len(calls))
     return store.record_model_call(turn=turn, messages=[*messages, response], response=response, provider=provider,
                                    model=response.model_name or model_name, latency_ms=latency_ms, calls=calls)
 

@@ -17,6 +17,7 @@ from apps.approvals import standing
 from apps.approvals.models import ApprovalRequest
 from apps.audit import services as audit
 from apps.audit.org_secrets import OrgSecrets
+from apps.core import tracing
 from apps.core.db import send_expected
 from apps.core.metrics import observe_tool_call
 from apps.core.rows import fetch
@@ -155,6 +156,8 @@ class Ledger:
                           event_data={"decision": "hold", "state": "held", "rule": rule, "reason": reason})
             self.event("approval.requested", approval_id=str(request.id), tool_call_id=str(row.id),
                        tool=row.qualified_name, reason=reason)
+        tracing.record("tool.held", start=request.created_at, end=request.created_at, tool=row.qualified_name,
+                       rule=rule, tool_call_id=row.id, approval_id=request.id)
         return request
 
     def standing_approval(self, *, agent: dict[str, Any], tool: dict[str, Any] | None,
@@ -196,6 +199,8 @@ class Ledger:
         event_data = {"state": state, "is_error": bool(result and result.get("is_error")), "error": error[:300],
                       "findings": len(findings or [])}
         observe_tool_call(state=state, source="run", dispatched_at=row.dispatched_at, finished_at=fields["finished_at"])
+        tracing.record("tool.call", start=row.dispatched_at, end=fields["finished_at"], tool=row.qualified_name,
+                       state=state, tool_call_id=row.id, findings=len(findings or []))
         if not defer:
             return self.set_call(row, expect=CallState.DISPATCHED, event="tool.completed", event_data=event_data,
                                  **fields)
