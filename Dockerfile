@@ -18,7 +18,7 @@ RUN ln -s ../lib/node_modules/npm/bin/npm-cli.js /usr/local/bin/npm \
 
 WORKDIR /app
 COPY requirements.lock .
-RUN pip install -r requirements.lock
+RUN pip install --require-hashes -r requirements.lock
 COPY . .
 RUN DEBUG=0 SECRET_KEY=build-only python manage.py collectstatic --noinput \
  && useradd --system --home /var/lib/airlock --create-home airlock \

@@ -11,7 +11,8 @@ ensure_venv() {
   local stamp=".venv/.installed-$(basename "$lock")"
   if [ ! -f "$stamp" ] || ! cmp -s "$lock" "$stamp"; then
     .venv/bin/python -m pip install -q --upgrade pip
-    .venv/bin/python -m pip install -q -r "$lock"
+    # Every file's sha256 is in the lock (scripts/lock): a package that differs from what was locked is refused.
+    .venv/bin/python -m pip install -q --require-hashes -r "$lock"
     cp "$lock" "$stamp"
   fi
 }
