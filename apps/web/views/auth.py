@@ -9,7 +9,7 @@ from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse_lazy
+from django.urls import reverse, reverse_lazy
 from django.views.decorators.http import require_POST
 
 from apps.accounts import selectors, services
@@ -25,6 +25,13 @@ class SignInView(auth_views.LoginView):
     template_name = "web/auth/login.html"
     form_class = EmailAuthenticationForm
     redirect_authenticated_user = True
+
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        context["identity_providers"] = [
+            (idp.name, reverse("openid_connect_login", kwargs={"provider_id": idp.org.slug}))
+            for idp in selectors.enabled_identity_providers()]
+        return context
 
     def form_valid(self, form):
         response = super().form_valid(form)
