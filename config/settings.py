@@ -86,6 +86,7 @@ INSTALLED_APPS = [
     "allauth.account",
     "allauth.socialaccount",
     "allauth.socialaccount.providers.openid_connect",
+    "allauth.mfa",  # TOTP and recovery codes
     # Domain apps, in dependency order (ARCHITECTURE.md section 2).
     "apps.core",
     "apps.audit",
@@ -283,6 +284,14 @@ SOCIALACCOUNT_EMAIL_AUTHENTICATION = True
 SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = True
 SOCIALACCOUNT_PROVIDERS = {"openid_connect": {"OAUTH_PKCE_ENABLED": True}}
 SOCIALACCOUNT_REQUESTS_TIMEOUT = 10
+# Two-factor authentication (allauth.mfa): TOTP apps and one-time recovery codes, asked for at every
+# sign-in (password or single sign-on) of a person who set it up. An organisation can require it of its
+# owners, admins and approvers (apps/web/access.py sends them to set it up).
+MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
+MFA_TOTP_ISSUER = os.environ.get("AIRLOCK_MFA_ISSUER", "Airlock")
+MFA_RECOVERY_CODE_COUNT = 10
+MFA_TOTP_TOLERANCE = 1  # a phone's clock a step (30 s) off still works; a used code never does again
+MFA_ALLOW_UNVERIFIED_EMAIL = True  # accounts are made by admins and invites; the email is the account's name
 
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "airlock@localhost")

@@ -1,3 +1,4 @@
+from allauth.account import views as account_views
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
@@ -13,6 +14,8 @@ allauth_patterns = [
     path("inactive/", RedirectView.as_view(pattern_name="web:login"), name="account_inactive"),
     path("signup/", RedirectView.as_view(pattern_name="web:signup"), name="account_signup"),
     path("password/reset/", RedirectView.as_view(pattern_name="web:password_reset"), name="account_reset_password"),
+    path("reauthenticate/", account_views.reauthenticate, name="account_reauthenticate"),
+    path("2fa/", include("allauth.mfa.urls")),
     path("3rdparty/", include("allauth.socialaccount.urls")),
     path("oidc/<str:provider_id>/login/", sso.sso_login, name="openid_connect_login"),
     path("oidc/<str:provider_id>/login/callback/", sso.sso_callback, name="openid_connect_callback"),

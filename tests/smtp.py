@@ -18,7 +18,7 @@ class Inbox:
     port: int
     messages: list[email.message.EmailMessage] = field(default_factory=list)
 
-    async def handle_DATA(self, server, session, envelope):  # noqa: N802 (aiosmtpd's hook name)
+    async def handle_DATA(self, server, session, envelope):
         self.messages.append(email.message_from_bytes(envelope.content, policy=email.policy.default))
         return "250 OK"
 

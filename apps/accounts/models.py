@@ -11,6 +11,8 @@ from apps.core.models import PublicModel, TenantModel
 class Organization(PublicModel):
     name = models.CharField(max_length=120)
     slug = models.SlugField(max_length=60, unique=True)
+    # Owners, admins and approvers must use two-factor authentication (apps/web/access.py enforces it).
+    mfa_required = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return self.name

@@ -154,3 +154,20 @@ def invite_for_token(raw: str) -> Invite | None:
     if not raw or len(raw) > 200:
         return None
     return Invite.objects.select_related("org").filter(token_hash=hash_token(raw)).first()
+
+
+# --- Two-factor authentication --------------------------------------------------------------------
+
+MFA_ROLES = frozenset({"owner", "admin", "approver"})  # those an organisation can require it of
+
+
+def has_totp(user) -> bool:
+    from allauth.mfa.models import Authenticator
+
+    return Authenticator.objects.filter(user_id=user.pk, type=Authenticator.Type.TOTP).exists()
+
+
+def must_set_up_mfa(membership: Membership) -> bool:
+    """Whether this member's organisation requires two-factor authentication of their role and they
+    have not set it up yet."""
+    return membership.org.mfa_required and membership.role in MFA_ROLES and not has_totp(membership.user)

@@ -480,3 +480,17 @@ def accept_invite(*, raw_token: str, user=None, password: str | None = None, ip:
                      target_label=invite.email, data={"email": invite.email, "role": invite.role})
         notify_access_changed(user_id=user.pk)
     return user, membership
+
+
+def set_mfa_requirement(*, actor: Actor, required: bool) -> Organization:
+    """Requires (or stops requiring) two-factor authentication of the organisation's owners, admins and
+    approvers. Writes Organization.mfa_required and `org.mfa_requirement_changed`. Raises PermissionDenied."""
+    actor.require("members.manage")
+    with transaction.atomic():
+        org = Organization.objects.select_for_update().get(pk=actor.org_id)
+        if org.mfa_required != required:
+            org.mfa_required = required
+            org.save(update_fields=["mfa_required", "updated_at"])
+            audit.record(org_id=org.id, actor=actor, action="org.mfa_requirement_changed", target=org,
+                         data={"required": required})
+    return org

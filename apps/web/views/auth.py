@@ -3,6 +3,8 @@ Django's views as they are)."""
 
 from __future__ import annotations
 
+from allauth.account.internal.flows.login import record_authentication
+from allauth.account.utils import perform_login
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
@@ -34,9 +36,14 @@ class SignInView(auth_views.LoginView):
         return context
 
     def form_valid(self, form):
-        response = super().form_valid(form)
-        services.record_sign_in(user=form.get_user(), ip=_ip(self.request))
-        return response
+        # allauth's login flow, so a person with two-factor authentication is asked for their code before
+        # the session is theirs (allauth.mfa's login stage); the sign-in is audited when it completes
+        # (apps.accounts.sso.AccountAdapter.login). The password was typed just now, so it counts as the
+        # fresh authentication allauth asks for before a change of two-factor settings, for its usual
+        # 5 minutes (ACCOUNT_REAUTHENTICATION_TIMEOUT): set-up right after sign-in asks nothing again.
+        user = form.get_user()
+        record_authentication(self.request, user, "password", email=user.email, reauthenticated=True)
+        return perform_login(self.request, user, email_verification="none", redirect_url=self.get_success_url())
 
     def form_invalid(self, form):
         services.record_failed_sign_in(email=form.data.get("username", ""), ip=_ip(self.request))

@@ -66,7 +66,17 @@ def sso_settings(request: HttpRequest) -> HttpResponse:
         else:
             status = 422
     return render(request, "web/settings/sso.html", {
-        "form": form, "idp": idp, "has_secret": bool(idp and (idp.client_secret or {}).get("value")),
+        "form": form, "idp": idp, "mfa_required": request.membership.org.mfa_required,
+        "has_secret": bool(idp and (idp.client_secret or {}).get("value")),
         "callback_url": request.build_absolute_uri(
             reverse("openid_connect_callback", kwargs={"provider_id": request.membership.org.slug})),
     }, status=status)
+
+
+@require_POST
+@member_required("members.manage")
+def mfa_requirement(request: HttpRequest) -> HttpResponse:
+    org = services.set_mfa_requirement(actor=request.actor, required=request.POST.get("mfa_required") == "on")
+    messages.success(request, "Owners, admins and approvers must now use two-factor authentication."
+                     if org.mfa_required else "Two-factor authentication is now optional.")
+    return redirect("web:sso_settings")
