@@ -104,8 +104,11 @@ def apply_domain_errors(form: forms.Form, exc: ValidationFailed) -> None:
 
 
 class InviteForm(forms.Form):
-    email = forms.EmailField()
-    role = forms.ChoiceField(choices=Role.choices, initial=Role.VIEWER)
+    """Beside "Add a member" on one page: its own prefix and labels keep ids and names apart."""
+
+    prefix = "invite"
+    email = forms.EmailField(label="Email to invite")
+    role = forms.ChoiceField(label="Invite as", choices=Role.choices, initial=Role.VIEWER)
 
 
 class AcceptInviteForm(forms.Form):

@@ -31,7 +31,7 @@ def invite(client, owner, inbox, email="newcomer@example.com", role=Role.APPROVE
     """Sends an invite from Settings → Members and returns the link path from the mail."""
     client.force_login(owner.user)
     with capture(execute=True):
-        page = client.post("/settings/members/", {"action": "invite", "email": email, "role": role})
+        page = client.post("/settings/members/", {"action": "invite", "invite-email": email, "invite-role": role})
     assert page.status_code == 200, page.content[:2000]
     assert f"Invite sent to {email}" in page.content.decode()
     message = inbox.wait_for()[-1]
@@ -89,10 +89,11 @@ def test_a_revoked_or_expired_invite_does_not_work(client, owner, inbox, django_
 
 def test_only_members_managers_invite_and_never_above_their_role(client, admin, viewer):
     client.force_login(viewer.user)
-    assert client.post("/settings/members/", {"action": "invite", "email": "x@example.com",
-                                              "role": Role.VIEWER}).status_code == 403
+    assert client.post("/settings/members/", {"action": "invite", "invite-email": "x@example.com",
+                                              "invite-role": Role.VIEWER}).status_code == 403
     client.force_login(admin.user)
-    page = client.post("/settings/members/", {"action": "invite", "email": "x@example.com", "role": Role.OWNER})
+    page = client.post("/settings/members/", {"action": "invite", "invite-email": "x@example.com",
+                                                      "invite-role": Role.OWNER})
     assert page.status_code == 422 and "Only an owner can grant" in page.content.decode()
     assert not Invite.objects.exists()
 

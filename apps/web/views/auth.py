@@ -3,6 +3,8 @@ Django's views as they are)."""
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from allauth.account.internal.flows.login import record_authentication
 from allauth.account.utils import perform_login
 from django.conf import settings
@@ -19,6 +21,11 @@ from apps.core.errors import ValidationFailed
 from apps.web.forms import EmailAuthenticationForm, SignUpForm, apply_domain_errors
 
 
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 def _ip(request: HttpRequest) -> str | None:
     return request.META.get("REMOTE_ADDR")
 
@@ -30,9 +37,10 @@ class SignInView(auth_views.LoginView):
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
+        idps = list(selectors.enabled_identity_providers())
         context["identity_providers"] = [
-            (idp.name, reverse("openid_connect_login", kwargs={"provider_id": idp.org.slug}))
-            for idp in selectors.enabled_identity_providers()]
+            (idp.name, reverse("openid_connect_login", kwargs={"provider_id": idp.org.slug})) for idp in idps]
+        self.request.csp_form_targets = sorted({_origin(idp.issuer_url) for idp in idps})
         return context
 
     def form_valid(self, form):
