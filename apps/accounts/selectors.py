@@ -132,6 +132,12 @@ def email_domain_allowed(idp: IdentityProvider, email: str) -> bool:
     return bool(domain) and domain in {d.lower() for d in idp.allowed_domains}
 
 
+def other_organizations_of(*, user_id: int, org_id: UUID) -> list[str]:
+    """The names of the organisations this person belongs to besides `org_id`."""
+    return list(Membership.objects.filter(user_id=user_id).exclude(org_id=org_id)
+                .order_by("org__name").values_list("org__name", flat=True))
+
+
 def sso_required_for(user) -> IdentityProvider | None:
     """The provider a person must sign in with instead of a password: that of an organisation they
     belong to which requires single sign-on."""

@@ -159,6 +159,14 @@ class SocialAccountAdapter(DefaultSocialAccountAdapter):
         if not selectors.email_domain_allowed(idp, email):
             raise refused_page(request, f"{email} is not in a domain {idp.org.name} signs in with "
                                f"({', '.join(idp.allowed_domains) or 'none set'}).", idp_name=idp.name)
+        if sociallogin.is_existing and sociallogin.account.pk is None:
+            # Matched by email, not by an earlier sign-in through this provider. Any organisation's admin
+            # can point their provider at any domain, so it may only vouch for accounts that are theirs.
+            others = selectors.other_organizations_of(user_id=sociallogin.user.pk, org_id=idp.org_id)
+            if others:
+                raise refused_page(request, f"{email} also belongs to {', '.join(others)}: {idp.name} cannot "
+                                   "sign in an account other organisations share. Sign in with your password, "
+                                   "or ask an operator to link the account.", idp_name=idp.name)
         request._airlock_idp = idp
         if sociallogin.is_existing:
             services.join_through_sso(idp=idp, user=sociallogin.user, ip=request.META.get("REMOTE_ADDR"))

@@ -113,6 +113,18 @@ def test_a_bad_id_token_is_refused_with_the_reason(client, acme, idp, client_id,
     assert not Membership.objects.filter(org=acme, user__username="ada@acme.test").exists()
 
 
+def test_a_provider_cannot_take_over_an_account_another_organisation_shares(client, acme, idp):
+    """Any admin can point their provider at any domain: matched by email alone, an account that also
+    belongs to another organisation is not handed over."""
+    configure(acme, idp)
+    services.create_organization(name="Globex", owner_email="ada@acme.test")
+    refused = sso(client)
+    assert refused.status_code == 403
+    assert "ada@acme.test also belongs to Globex" in refused.content.decode()
+    assert "_auth_user_id" not in client.session
+    assert not Membership.objects.filter(org=acme, user__username="ada@acme.test").exists()
+
+
 def test_an_email_outside_the_allowed_domains_is_refused(client, acme, idp):
     configure(acme, idp)
     refused = sso(client, username="bob")
