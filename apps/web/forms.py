@@ -107,7 +107,7 @@ class InviteForm(forms.Form):
     """Beside "Add a member" on one page: its own prefix and labels keep ids and names apart."""
 
     prefix = "invite"
-    email = forms.EmailField(label="Email to invite")
+    email = forms.EmailField(label="Address to invite")  # not "Email": the add-member field is
     role = forms.ChoiceField(label="Invite as", choices=Role.choices, initial=Role.VIEWER)
 
 
