@@ -85,6 +85,12 @@ INSTALLED_APPS = [
     "ninja",  # serves the API docs' Swagger UI from our static files (no CDN, no inline script)
     "template_partials",
     "axes",  # sign-in throttling (see Auth below)
+    # Single sign-on through each organisation's OpenID Connect provider (see Auth below).
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
+    "allauth.mfa",  # TOTP and recovery codes
     # Domain apps, in dependency order (ARCHITECTURE.md section 2).
     "apps.core",
     "apps.audit",
@@ -112,6 +118,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "apps.web.csp.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
@@ -249,7 +256,9 @@ AUTH_PASSWORD_VALIDATORS = [
 # one account (from anywhere), or from one address (for any accounts), that account or address gets
 # 429 for AIRLOCK_SIGNIN_LOCKOUT_MINUTES, counted from its latest attempt, even with the right
 # password. `manage.py unlock_sign_in` lifts a lockout early.
-AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend",
+                           # signs in the people single sign-on vouched for (allauth's flow)
+                           "allauth.account.auth_backends.AuthenticationBackend"]
 AXES_FAILURE_LIMIT = int(os.environ.get("AIRLOCK_SIGNIN_FAILURE_LIMIT", "5"))
 AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("AIRLOCK_SIGNIN_LOCKOUT_MINUTES", "15")))
 AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
@@ -261,6 +270,34 @@ AXES_VERBOSE = False
 LOGIN_URL = "web:login"
 LOGIN_REDIRECT_URL = "web:dashboard"
 LOGOUT_REDIRECT_URL = "web:login"
+
+# Single sign-on (docs/operations.md, "Single sign-on"): django-allauth's OpenID Connect client, one
+# provider per organisation configured in Settings → Single sign-on (apps/accounts/sso.py reads them
+# from the database). Password sign-in, sign-up and reset stay Airlock's own pages; allauth's account
+# pages redirect to them (apps/web/urls.py).
+ACCOUNT_ADAPTER = "apps.accounts.sso.AccountAdapter"
+SOCIALACCOUNT_ADAPTER = "apps.accounts.sso.SocialAccountAdapter"
+ACCOUNT_LOGIN_METHODS = {"email"}
+ACCOUNT_SIGNUP_FIELDS = ["email*", "password1*"]
+ACCOUNT_EMAIL_VERIFICATION = "none"
+ACCOUNT_USER_MODEL_USERNAME_FIELD = "username"
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_LOGIN_ON_GET = False  # the sign-in page's button POSTs (with CSRF) to start single sign-on
+SOCIALACCOUNT_STORE_TOKENS = False
+# A person who has a password account and signs in through their organisation's provider with the same
+# verified email is the same person (the provider is the organisation's own; domains are checked).
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = True
+SOCIALACCOUNT_PROVIDERS = {"openid_connect": {"OAUTH_PKCE_ENABLED": True}}
+SOCIALACCOUNT_REQUESTS_TIMEOUT = 10
+# Two-factor authentication (allauth.mfa): TOTP apps and one-time recovery codes, asked for at every
+# sign-in (password or single sign-on) of a person who set it up. An organisation can require it of its
+# owners, admins and approvers (apps/web/access.py sends them to set it up).
+MFA_SUPPORTED_TYPES = ["totp", "recovery_codes"]
+MFA_TOTP_ISSUER = os.environ.get("AIRLOCK_MFA_ISSUER", "Airlock")
+MFA_RECOVERY_CODE_COUNT = 10
+MFA_TOTP_TOLERANCE = 1  # a phone's clock a step (30 s) off still works; a used code never does again
+MFA_ALLOW_UNVERIFIED_EMAIL = True  # accounts are made by admins and invites; the email is the account's name
 
 EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "airlock@localhost")

@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db.models import QuerySet
 
-from apps.accounts.models import ApiToken, Membership, Organization
+from apps.accounts.models import ApiToken, IdentityProvider, Invite, Membership, Organization
 from apps.core.errors import NotFound
 
 User = get_user_model()
@@ -110,3 +110,70 @@ def current_membership(*, user, session_org_id: str | None) -> Membership | None
         if membership is not None:
             return membership
     return memberships_of(user_id=user.pk).select_related("user").first()
+
+
+# --- Single sign-on -------------------------------------------------------------------------------
+
+def enabled_identity_providers() -> QuerySet[IdentityProvider]:
+    return IdentityProvider.objects.filter(enabled=True).select_related("org").order_by("name")
+
+
+def identity_provider_for_slug(slug: str) -> IdentityProvider | None:
+    """The enabled provider of the organisation with this slug (the provider id in sign-in URLs)."""
+    return enabled_identity_providers().filter(org__slug=slug).first()
+
+
+def identity_provider_of(*, org_id: UUID) -> IdentityProvider | None:
+    return IdentityProvider.objects.filter(org_id=org_id).select_related("org").first()
+
+
+def email_domain_allowed(idp: IdentityProvider, email: str) -> bool:
+    domain = normalize_email(email).rpartition("@")[2]
+    return bool(domain) and domain in {d.lower() for d in idp.allowed_domains}
+
+
+def other_organizations_of(*, user_id: int, org_id: UUID) -> list[str]:
+    """The names of the organisations this person belongs to besides `org_id`."""
+    return list(Membership.objects.filter(user_id=user_id).exclude(org_id=org_id)
+                .order_by("org__name").values_list("org__name", flat=True))
+
+
+def sso_required_for(user) -> IdentityProvider | None:
+    """The provider a person must sign in with instead of a password: that of an organisation they
+    belong to which requires single sign-on."""
+    org_ids = Membership.objects.filter(user_id=user.pk).values("org_id")
+    return enabled_identity_providers().filter(sso_required=True, org_id__in=org_ids).first()
+
+
+# --- Invites --------------------------------------------------------------------------------------
+
+def pending_invites(*, org_id: UUID) -> QuerySet[Invite]:
+    from django.utils import timezone
+
+    return (Invite.objects.filter(org_id=org_id, accepted_at__isnull=True, revoked_at__isnull=True,
+                                  expires_at__gt=timezone.now())
+            .select_related("invited_by").order_by("-created_at"))
+
+
+def invite_for_token(raw: str) -> Invite | None:
+    """The invite this link's token belongs to, whatever its state (the caller says why it no longer works)."""
+    if not raw or len(raw) > 200:
+        return None
+    return Invite.objects.select_related("org").filter(token_hash=hash_token(raw)).first()
+
+
+# --- Two-factor authentication --------------------------------------------------------------------
+
+MFA_ROLES = frozenset({"owner", "admin", "approver"})  # those an organisation can require it of
+
+
+def has_totp(user) -> bool:
+    from allauth.mfa.models import Authenticator
+
+    return Authenticator.objects.filter(user_id=user.pk, type=Authenticator.Type.TOTP).exists()
+
+
+def must_set_up_mfa(membership: Membership) -> bool:
+    """Whether this member's organisation requires two-factor authentication of their role and they
+    have not set it up yet."""
+    return membership.org.mfa_required and membership.role in MFA_ROLES and not has_totp(membership.user)

@@ -15,7 +15,7 @@ from django.utils.text import slugify
 
 from apps.accounts import selectors
 from apps.accounts.actors import Actor, system_actor
-from apps.accounts.models import ApiToken, Membership, Organization
+from apps.accounts.models import ApiToken, IdentityProvider, Invite, Membership, Organization
 from apps.accounts.roles import RANK, TOKEN_ROLES, Role, token_role
 from apps.audit import services as audit
 from apps.core import realtime
@@ -290,3 +290,207 @@ def ensure_user(*, email: str, password: str):
     if user is None:
         user, _ = _new_user(email, password)
     return user
+
+
+# --- Single sign-on -------------------------------------------------------------------------------
+
+def _clean_domains(domains: str | list[str]) -> list[str]:
+    items = domains.replace(",", " ").split() if isinstance(domains, str) else list(domains)
+    cleaned = []
+    for item in items:
+        domain = item.strip().lower().lstrip("@")
+        if not domain:
+            continue
+        if "@" in domain or "." not in domain or "/" in domain:
+            message = f"{item!r} is not an email domain (like example.com)."
+            raise ValidationFailed(message, {"allowed_domains": message})
+        cleaned.append(domain)
+    if not cleaned:
+        message = "Name at least one email domain whose people may sign in (like example.com)."
+        raise ValidationFailed(message, {"allowed_domains": message})
+    return sorted(set(cleaned))
+
+
+def configure_identity_provider(*, actor: Actor, name: str, issuer_url: str, client_id: str,
+                                client_secret: str = "", allowed_domains: str | list[str] = "",
+                                default_role: str = Role.VIEWER, sso_required: bool = False,
+                                enabled: bool = True) -> IdentityProvider:
+    """Creates or updates the organisation's OpenID Connect provider. A blank `client_secret` keeps the
+    stored one (it is write-only). Writes IdentityProvider and an `sso.configured` audit event (no secret).
+    Raises PermissionDenied (not owner/admin), ValidationFailed (field errors)."""
+    from apps.registry import egress
+
+    actor.require("members.manage")
+    errors: dict[str, str] = {}
+    name, client_id, issuer_url = name.strip(), client_id.strip(), issuer_url.strip().rstrip("/")
+    if not name:
+        errors["name"] = "Give the provider a name people recognise, like 'Acme Okta'."
+    if not client_id:
+        errors["client_id"] = "This field is required."
+    if not issuer_url.startswith(("https://", "http://")):
+        errors["issuer_url"] = "Give the issuer URL, like https://login.example.com/realms/acme."
+    elif refusal := egress.save_time_error(issuer_url):
+        errors["issuer_url"] = refusal
+    if default_role not in Role.values or default_role == Role.OWNER:
+        errors["default_role"] = "New members can join at any role but owner."
+    existing = selectors.identity_provider_of(org_id=actor.org_id)
+    if not client_secret and (existing is None or not (existing.client_secret or {}).get("value")):
+        errors["client_secret"] = "This field is required."
+    try:
+        domains = _clean_domains(allowed_domains)
+    except ValidationFailed as exc:
+        errors.update(exc.errors)
+    if errors:
+        raise ValidationFailed("Check the highlighted fields.", errors)
+    with transaction.atomic():
+        idp = existing or IdentityProvider(org_id=actor.org_id)
+        idp.name, idp.issuer_url, idp.client_id = name[:80], issuer_url, client_id
+        idp.allowed_domains, idp.default_role = domains, default_role
+        idp.sso_required, idp.enabled = sso_required, enabled
+        if client_secret:
+            idp.client_secret = {"value": client_secret}
+        idp.save()
+        audit.record(org_id=actor.org_id, actor=actor, action="sso.configured", target=idp, target_label=idp.name,
+                     data={"issuer_url": issuer_url, "client_id": client_id, "allowed_domains": domains,
+                           "default_role": default_role, "sso_required": sso_required, "enabled": enabled,
+                           "secret_changed": bool(client_secret)})
+    return idp
+
+
+def join_through_sso(*, idp: IdentityProvider, user, ip: str | None) -> Membership:
+    """The membership of a person the organisation's provider vouched for: theirs if they have one,
+    else a new one at the provider's default role (just-in-time), audited as `member.joined_via_sso`."""
+    with transaction.atomic():
+        membership = Membership.objects.filter(org_id=idp.org_id, user=user).first()
+        if membership is not None:
+            return membership
+        membership = Membership.objects.create(org_id=idp.org_id, user=user, role=idp.default_role)
+        audit.record(org_id=idp.org_id, actor=system_actor(idp.org_id, f"single sign-on ({idp.name})"),
+                     action="member.joined_via_sso", target=membership, target_label=user.email,
+                     data={"email": user.email, "role": idp.default_role, "ip": ip})
+    return membership
+
+
+# --- Invites --------------------------------------------------------------------------------------
+
+INVITE_TTL = timedelta(days=7)
+
+
+def invite_member(*, actor: Actor, email: str, role: str, accept_url: str) -> tuple[Invite, str]:
+    """Invites `email` at `role` and emails them the link (`accept_url` with `{token}` in it) once the
+    transaction commits. Returns the invite and the link. Writes Invite and `member.invited`.
+    Raises PermissionDenied, ValidationFailed, Conflict (already a member or already invited)."""
+    actor.require("members.manage")
+    email = _clean_email(email)
+    role = _clean_role(role)
+    _guard_role_change(actor, current=None, new=role)
+    raw = secrets.token_urlsafe(32)
+    link = accept_url.format(token=raw)
+    with transaction.atomic():
+        if Membership.objects.filter(org_id=actor.org_id, user__username=email).exists():
+            raise Conflict(f"{email} is already a member.")
+        if selectors.pending_invites(org_id=actor.org_id).filter(email=email).exists():
+            raise Conflict(f"{email} has an open invite: revoke it first to send another.")
+        invite = Invite.objects.create(org_id=actor.org_id, email=email, role=role,
+                                       token_hash=selectors.hash_token(raw), invited_by_id=actor.user_id,
+                                       expires_at=timezone.now() + INVITE_TTL)
+        audit.record(org_id=actor.org_id, actor=actor, action="member.invited", target=invite, target_label=email,
+                     data={"email": email, "role": role, "expires_at": invite.expires_at.isoformat()})
+        org_name = selectors.get_org(org_id=actor.org_id).name
+        transaction.on_commit(lambda: _send_invite(email=email, org_name=org_name, inviter=actor.label,
+                                                   role=role, link=link, expires_at=invite.expires_at))
+    return invite, link
+
+
+def _send_invite(*, email: str, org_name: str, inviter: str, role: str, link: str, expires_at) -> None:
+    from django.core.mail import send_mail
+    from django.template.loader import render_to_string
+
+    body = render_to_string("web/auth/invite_email.txt", {"org_name": org_name, "inviter": inviter,
+                                                           "role": Role(role).label, "link": link,
+                                                           "expires_at": expires_at})
+    send_mail(f"{inviter} invited you to {org_name} on Airlock", body, None, [email])
+
+
+def revoke_invite(*, actor: Actor, invite_id: UUID | str) -> Invite:
+    """Revokes a pending invite: its link stops working. Raises PermissionDenied, NotFound."""
+    from apps.core.errors import NotFound
+
+    actor.require("members.manage")
+    with transaction.atomic():
+        invite = Invite.objects.filter(org_id=actor.org_id, id=invite_id).first() if _is_uuid(invite_id) else None
+        if invite is None:
+            raise NotFound("No such invite.")
+        if invite.revoked_at is None and invite.accepted_at is None:
+            invite.revoked_at = timezone.now()
+            invite.save(update_fields=["revoked_at", "updated_at"])
+            audit.record(org_id=actor.org_id, actor=actor, action="member.invite_revoked", target=invite,
+                         target_label=invite.email, data={"email": invite.email})
+    return invite
+
+
+def _is_uuid(value) -> bool:
+    try:
+        UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def invite_problem(invite: Invite | None) -> str:
+    """Why an invite link no longer works, or '' when it does."""
+    if invite is None:
+        return "This invite link is not valid. Ask whoever invited you for a new one."
+    if invite.revoked_at is not None:
+        return "This invite was revoked. Ask whoever invited you for a new one."
+    if invite.accepted_at is not None:
+        return "This invite has been used already. Sign in instead."
+    if invite.expires_at <= timezone.now():
+        return "This invite has expired. Ask whoever invited you for a new one."
+    return ""
+
+
+def accept_invite(*, raw_token: str, user=None, password: str | None = None, ip: str | None = None):
+    """Accepts an invite, once: a signed-in `user` (whose email must be the invited one) joins; else an
+    account is created with `password` for the invited email. Returns (user, membership).
+    Writes Invite.accepted_at, Membership, maybe User, `member.invite_accepted`.
+    Raises ValidationFailed (link no longer works, weak password, wrong account), Conflict (already a member)."""
+    with transaction.atomic():
+        invite = selectors.invite_for_token(raw_token)
+        if invite is not None:
+            invite = Invite.objects.select_for_update().select_related("org").get(pk=invite.pk)
+        if problem := invite_problem(invite):
+            raise ValidationFailed(problem)
+        if user is None:
+            if selectors.user_by_email(invite.email) is not None:
+                raise ValidationFailed(f"{invite.email} has an account: sign in, then open the link again.")
+            if password is None:
+                raise ValidationFailed("Choose a password.", {"password": "This field is required."})
+            _validate_password(password, invite.email)
+            user, _ = _new_user(invite.email, password)
+        elif selectors.normalize_email(user.email) != invite.email:
+            raise ValidationFailed(f"This invite is for {invite.email}; you are signed in as {user.email}.")
+        if Membership.objects.filter(org_id=invite.org_id, user=user).exists():
+            raise Conflict(f"{invite.email} is already a member of {invite.org.name}.")
+        membership = Membership.objects.create(org_id=invite.org_id, user=user, role=invite.role)
+        invite.accepted_at = timezone.now()
+        invite.save(update_fields=["accepted_at", "updated_at"])
+        actor = Actor(org_id=invite.org_id, role=invite.role, label=invite.email, user_id=user.pk, ip=ip)
+        audit.record(org_id=invite.org_id, actor=actor, action="member.invite_accepted", target=membership,
+                     target_label=invite.email, data={"email": invite.email, "role": invite.role})
+        notify_access_changed(user_id=user.pk)
+    return user, membership
+
+
+def set_mfa_requirement(*, actor: Actor, required: bool) -> Organization:
+    """Requires (or stops requiring) two-factor authentication of the organisation's owners, admins and
+    approvers. Writes Organization.mfa_required and `org.mfa_requirement_changed`. Raises PermissionDenied."""
+    actor.require("members.manage")
+    with transaction.atomic():
+        org = Organization.objects.select_for_update().get(pk=actor.org_id)
+        if org.mfa_required != required:
+            org.mfa_required = required
+            org.save(update_fields=["mfa_required", "updated_at"])
+            audit.record(org_id=org.id, actor=actor, action="org.mfa_requirement_changed", target=org,
+                         data={"required": required})
+    return org

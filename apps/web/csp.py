@@ -15,7 +15,11 @@ HEADER = "Content-Security-Policy"
 
 
 def policy(request: HttpRequest) -> str:
+    """`request.csp_form_targets` (origins) may widen form-action for one page: the sign-in page's "Sign in
+    with <provider>" forms POST here and are redirected to the provider, and browsers hold a form's
+    redirects to form-action too."""
     host = request.get_host()
+    form_targets = " ".join(["'self'", *getattr(request, "csp_form_targets", ())])
     websocket = f"wss://{host}" if request.is_secure() else f"ws://{host} wss://{host}"
     return "; ".join([
         "default-src 'self'",
@@ -28,7 +32,7 @@ def policy(request: HttpRequest) -> str:
         f"connect-src 'self' {websocket}",
         "object-src 'none'",
         "base-uri 'self'",
-        "form-action 'self'",
+        f"form-action {form_targets}",
         "frame-ancestors 'none'",
     ])
 

@@ -14,6 +14,16 @@ class EmailAuthenticationForm(AuthenticationForm):
     def clean_username(self):
         return self.cleaned_data["username"].strip().lower()
 
+    def confirm_login_allowed(self, user):
+        super().confirm_login_allowed(user)
+        from apps.accounts.selectors import sso_required_for
+
+        idp = sso_required_for(user)
+        if idp is not None:
+            raise forms.ValidationError(
+                f"{idp.org.name} signs in with single sign-on, not a password: use “Sign in with {idp.name}”.",
+                code="sso_required")
+
 
 class SignUpForm(forms.Form):
     email = forms.EmailField(widget=forms.EmailInput(attrs={"autocomplete": "email"}))
@@ -91,3 +101,33 @@ def apply_domain_errors(form: forms.Form, exc: ValidationFailed) -> None:
         form.add_error(None, exc.message)
     for field, message in exc.errors.items():
         form.add_error(field if field in form.fields else None, message)
+
+
+class InviteForm(forms.Form):
+    """Beside "Add a member" on one page: its own prefix and labels keep ids and names apart."""
+
+    prefix = "invite"
+    email = forms.EmailField(label="Address to invite")  # not "Email": the add-member field is
+    role = forms.ChoiceField(label="Invite as", choices=Role.choices, initial=Role.VIEWER)
+
+
+class AcceptInviteForm(forms.Form):
+    password = forms.CharField(widget=forms.PasswordInput(attrs={"autocomplete": "new-password"}),
+                               help_text="At least 10 characters, not a common password.")
+
+
+class IdentityProviderForm(forms.Form):
+    name = forms.CharField(max_length=80, help_text="Shown on the sign-in page: “Sign in with <name>”.")
+    issuer_url = forms.CharField(label="Issuer URL", max_length=500,
+                                 help_text="Discovery is read from <issuer>/.well-known/openid-configuration.")
+    client_id = forms.CharField(label="Client ID", max_length=200)
+    client_secret = forms.CharField(label="Client secret", required=False, max_length=500,
+                                    widget=forms.PasswordInput(attrs={"autocomplete": "off"}, render_value=False),
+                                    help_text="Write-only: leave blank to keep the stored one.")
+    allowed_domains = forms.CharField(label="Allowed email domains", max_length=1000,
+                                      help_text="Comma-separated, like example.com, example.org.")
+    default_role = forms.ChoiceField(choices=[c for c in Role.choices if c[0] != Role.OWNER],
+                                     help_text="The role of a person who signs in for the first time.")
+    sso_required = forms.BooleanField(label="Require single sign-on", required=False,
+                                      help_text="Members cannot sign in with a password.")
+    enabled = forms.BooleanField(required=False, initial=True)

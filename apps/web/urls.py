@@ -17,6 +17,7 @@ from apps.web.views import (
     notifications,
     runs,
     servers,
+    sso,
     system,
     tokens,
 )
@@ -51,6 +52,10 @@ urlpatterns = [
     path("settings/members/<uuid:member_id>/role/", members.change_role, name="member_role"),
     path("settings/members/<uuid:member_id>/remove/", members.remove_member, name="member_remove"),
     path("settings/members/<uuid:member_id>/unlock/", members.unlock_member, name="member_unlock"),
+    path("settings/members/invites/<uuid:invite_id>/revoke/", members.revoke_invite, name="invite_revoke"),
+    path("invite/<str:token>/", members.accept_invite, name="invite_accept"),
+    path("settings/sso/", sso.sso_settings, name="sso_settings"),
+    path("settings/sso/mfa/", sso.mfa_requirement, name="mfa_requirement"),
     path("settings/tokens/", tokens.tokens, name="tokens"),
     path("settings/tokens/<uuid:token_id>/revoke/", tokens.revoke_token, name="token_revoke"),
     path("settings/gateway/", gateway.gateway_keys, name="gateway_keys"),

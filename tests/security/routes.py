@@ -42,6 +42,9 @@ NOT_PAGES = (API_PREFIX, "django-admin/")
 NOT_TENANT_PARAMS = {
     "account/reset/<uidb64>/<token>/": "Django's signed password-reset link: no organisation object",
     "servers/catalog/<slug:key>/": "an entry of the built-in server catalog, the same for every organisation",
+    "invite/<str:token>/": "an emailed invite link: the secret token is the only key, no organisation object id",
+    "accounts/oidc/<str:provider_id>/login/": "single sign-on start: an organisation's public slug, before sign-in",
+    "accounts/oidc/<str:provider_id>/login/callback/": "single sign-on callback: checked by allauth's state",
 }
 MARKER = "zebrafish"  # in every name of the victim's objects: must never appear in another org's answers
 
@@ -216,6 +219,9 @@ def populate(org) -> Victim:
     webhook, _secret = notifications.create_webhook(actor=owner_actor, name=f"{MARKER} hook",
                                                     url="http://127.0.0.1:9/hook", events=["run.finished"])
     ids["webhook_id"] = str(webhook.id)
+    invite, _link = accounts.invite_member(actor=owner_actor, email=f"{MARKER}-invitee@example.com", role="viewer",
+                                           accept_url="http://testserver/invite/{token}/")
+    ids["invite_id"] = str(invite.id)
     # An answered check, so a leak would show the marker.
     ids["check_id"] = str(WorkerCheck.objects.create(org=org, answered_at=timezone.now(), hostname=MARKER).id)
     return Victim(org=org, owner=owner_of(org), ids=ids)

@@ -63,7 +63,7 @@ def test_api_answers_and_docs_send_it_too(client, db):
         assert "frame-ancestors 'none'" in response["Content-Security-Policy"], path
 
 
-def test_over_https_only_secure_websockets(client):
+def test_over_https_only_secure_websockets(client, db):  # sign-in lists the SSO providers
     response = client.get("/login/", secure=True)
     assert "connect-src 'self' wss://testserver;" in response["Content-Security-Policy"]
 

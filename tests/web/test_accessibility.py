@@ -130,7 +130,7 @@ def test_every_main_page_labels_its_controls_and_names_its_buttons(client, org, 
 
 
 @pytest.mark.parametrize("path", ["/login/", "/signup/", "/account/reset/"])
-def test_sign_in_pages_label_their_fields(client, settings, path):
+def test_sign_in_pages_label_their_fields(client, settings, path, db):  # sign-in lists the SSO providers
     settings.AIRLOCK_ALLOW_SIGNUP = True
     response = client.get(path)
     assert response.status_code == 200

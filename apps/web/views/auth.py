@@ -3,18 +3,27 @@ Django's views as they are)."""
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
+from allauth.account.internal.flows.login import record_authentication
+from allauth.account.utils import perform_login
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth import views as auth_views
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.urls import reverse_lazy
+from django.urls import reverse, reverse_lazy
 from django.views.decorators.http import require_POST
 
 from apps.accounts import selectors, services
 from apps.core.errors import ValidationFailed
 from apps.web.forms import EmailAuthenticationForm, SignUpForm, apply_domain_errors
+
+
+def _origin(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
 
 
 def _ip(request: HttpRequest) -> str | None:
@@ -26,10 +35,23 @@ class SignInView(auth_views.LoginView):
     form_class = EmailAuthenticationForm
     redirect_authenticated_user = True
 
+    def get_context_data(self, **kwargs):
+        context = super().get_context_data(**kwargs)
+        idps = list(selectors.enabled_identity_providers())
+        context["identity_providers"] = [
+            (idp.name, reverse("openid_connect_login", kwargs={"provider_id": idp.org.slug})) for idp in idps]
+        self.request.csp_form_targets = sorted({_origin(idp.issuer_url) for idp in idps})
+        return context
+
     def form_valid(self, form):
-        response = super().form_valid(form)
-        services.record_sign_in(user=form.get_user(), ip=_ip(self.request))
-        return response
+        # allauth's login flow, so a person with two-factor authentication is asked for their code before
+        # the session is theirs (allauth.mfa's login stage); the sign-in is audited when it completes
+        # (apps.accounts.sso.AccountAdapter.login). The password was typed just now, so it counts as the
+        # fresh authentication allauth asks for before a change of two-factor settings, for its usual
+        # 5 minutes (ACCOUNT_REAUTHENTICATION_TIMEOUT): set-up right after sign-in asks nothing again.
+        user = form.get_user()
+        record_authentication(self.request, user, "password", email=user.email, reauthenticated=True)
+        return perform_login(self.request, user, email_verification="none", redirect_url=self.get_success_url())
 
     def form_invalid(self, form):
         services.record_failed_sign_in(email=form.data.get("username", ""), ip=_ip(self.request))
