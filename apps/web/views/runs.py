@@ -78,6 +78,7 @@ def run_context(run, actor=None) -> dict:
 def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     run = selectors.get_run(org_id=request.actor.org_id, run_id=run_id)
     context = {**run_context(run, request.actor), "can_cancel": request.actor.can("runs.start") and not run.is_finished,
+               "can_replay": request.actor.can("runs.start") and run.is_finished,
                "can_decide": request.actor.can("approvals.decide"), **history_context(run)}
     return render(request, "web/runs/detail.html", context)
 

@@ -1,0 +1,69 @@
+"""Trying an agent from its page, re-running, forking and comparing runs in the web pages."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.runs import services
+from apps.runs.models import Run, RunStep
+from tests.conftest import signed_in
+
+pytestmark = pytest.mark.django_db
+
+A1001 = {"order_id": "A-1001", "amount_cents": 700}
+
+
+def test_a_builder_tries_an_agent_from_its_page_and_lands_on_the_trial_run(client, desk, builder, viewer):
+    agent = desk.agent("Greeter", [{"say": "Hello there.\nSTATUS: done\nREASON: greeted"}], [])
+    signed_in(client, builder)
+    page = client.get(f"/agents/{agent.id}/").content.decode()
+    assert 'data-testid="try-agent"' in page and "Try this agent" in page
+
+    empty = client.post(f"/agents/{agent.id}/try/", {"message": "  "})
+    assert empty.status_code == 422 and "Required." in empty.content.decode()
+    started = client.post(f"/agents/{agent.id}/try/", {"message": "Say hello"})
+    run = Run.objects.get(origin="trial")
+    assert started.status_code == 302 and started["Location"] == f"/runs/{run.id}/"
+    services.drive_run(run_id=run.id)
+    detail = client.get(f"/runs/{run.id}/").content.decode()
+    assert "An agent tried on its own, without a crew." in detail and "Hello there." in detail
+    assert client.get(f"/agents/{agent.id}/try/").status_code == 302  # a GET of the POST URL goes to the page
+
+    signed_in(client, viewer)
+    assert 'data-testid="try-agent"' not in client.get(f"/agents/{agent.id}/").content.decode()
+    assert client.post(f"/agents/{agent.id}/try/", {"message": "hi"}).status_code == 403
+
+
+def test_a_finished_run_is_rerun_forked_and_compared_in_the_pages(client, desk, builder):
+    crew = desk.refund_desk(refund_policy="auto")
+    parent = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+                                                          enqueue=False).id)
+    signed_in(client, builder)
+    detail = client.get(f"/runs/{parent.id}/").content.decode()
+    assert 'data-testid="rerun"' in detail and 'data-testid="fork"' in detail
+
+    rerun = client.post(f"/runs/{parent.id}/rerun/")
+    child = Run.objects.get(parent=parent, origin="rerun")
+    assert rerun["Location"] == f"/runs/{child.id}/" and child.inputs == A1001
+    assert "Re-run of" in client.get(f"/runs/{child.id}/").content.decode()
+
+    refund = RunStep.objects.get(run=parent, kind="agent", task="refund")
+    form = client.get(f"/runs/{parent.id}/fork/?step={refund.position}").content.decode()
+    assert "Refund {amount_cents} cents on {order_id}." in form and 'value="700"' in form
+    bad = client.post(f"/runs/{parent.id}/fork/", {"step": refund.position, "prompt": "x",
+                                                   "input_order_id": "A-1001", "input_amount_cents": "lots"})
+    assert bad.status_code == 422 and "A whole number." in bad.content.decode()
+    forked = client.post(f"/runs/{parent.id}/fork/", {"step": refund.position, "prompt": "Refund {amount_cents} now.",
+                                                      "input_order_id": "A-1001", "input_amount_cents": "650"})
+    fork = Run.objects.get(parent=parent, origin="fork")
+    assert forked["Location"] == f"/runs/{fork.id}/" and fork.parent_step == refund.position
+    assert fork.snapshot["crew"]["tasks"][1]["description"] == "Refund {amount_cents} now."
+    services.drive_run(run_id=fork.id)
+    assert f"at step {refund.position}" in client.get(f"/runs/{fork.id}/").content.decode()
+
+    compared = client.get(f"/runs/compare/?a={parent.id}&b={fork.id}").content.decode()
+    assert 'data-testid="compare-table"' in compared and "differs" in compared
+    assert "crew.tasks" in compared and "Refund {amount_cents} now." in compared
+    assert client.get(f"/runs/compare/?a={fork.id}").status_code == 200  # with its parent
+    lonely = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False)
+    assert client.get(f"/runs/compare/?a={lonely.id}").status_code == 404
