@@ -19,6 +19,7 @@ from apps.web.views import (
     servers,
     system,
     tokens,
+    triage_pages,
 )
 
 app_name = "web"
@@ -106,6 +107,7 @@ urlpatterns = [
     path("tool-calls/<uuid:tool_call_id>/resolve/", runs.tool_call_resolve, name="tool_call_resolve"),
     path("inbox/", inbox.inbox, name="inbox"),
     path("inbox/<uuid:approval_id>/decide/", inbox.inbox_decide, name="inbox_decide"),
+    path("inbox/batch/", triage_pages.inbox_batch, name="inbox_batch"),
     path("inbox/standing/", inbox.standing_list, name="standing_approvals"),
     path("inbox/standing/<uuid:standing_id>/revoke/", inbox.standing_revoke, name="standing_revoke"),
     path("settings/notifications/", notifications.notifications, name="notifications"),
