@@ -19,6 +19,7 @@ from uuid import UUID
 
 from django.db import transaction
 from django.db.models import Count, Q
+from django.utils import timezone
 
 from apps.accounts.actors import Actor
 from apps.audit import services as audit
@@ -134,6 +135,22 @@ class Side:
 
 
 FAILED_CALLS = [CallState.FAILED, CallState.DENIED, CallState.REJECTED, CallState.EXPIRED, CallState.UNKNOWN]
+
+
+def failed_calls_by_run(run_ids: list) -> dict[Any, int]:
+    """run id -> its tool calls that failed, were refused, rejected, expired or whose outcome is unknown (a page of
+    the runs list at once)."""
+    rows = (ToolCall.objects.filter(run_id__in=run_ids, state__in=FAILED_CALLS).order_by().values("run_id")
+            .annotate(n=Count("id")).values_list("run_id", "n"))
+    return dict(rows)
+
+
+def duration_text(run: Run) -> str:
+    if not run.started_at:
+        return ""
+    seconds = ((run.finished_at or timezone.now()) - run.started_at).total_seconds()
+    text = f"{seconds:.1f} s" if seconds < 60 else f"{int(seconds // 60)} min {int(seconds % 60)} s"
+    return text if run.finished_at else f"{text} so far"
 
 
 def side(run: Run) -> Side:

@@ -67,3 +67,21 @@ def test_a_finished_run_is_rerun_forked_and_compared_in_the_pages(client, desk, 
     assert client.get(f"/runs/compare/?a={fork.id}").status_code == 200  # with its parent
     lonely = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False)
     assert client.get(f"/runs/compare/?a={lonely.id}").status_code == 404
+
+
+def test_the_runs_list_and_the_crews_page_show_duration_and_failed_calls(client, desk, owner):
+    crew = desk.refund_desk()
+    run = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+                                                       enqueue=False).id)
+    held = run.ledger.get(state="held")
+    services.decide_approval(actor=desk.actor, approval_id=held.approval_id, decision="reject", comment="no")
+    run = services.drive_run(run_id=run.id)
+    assert run.is_finished
+    signed_in(client, owner)
+    listed = client.get("/runs/").content.decode()
+    assert ">Duration</th>" in listed and ">Failed calls</th>" in listed
+    assert '<span class="text-red fw-bold">1</span>' in listed  # the rejected refund
+    assert " s</td>" in listed
+    page = client.get(f"/crews/{crew.id}/").content.decode()
+    assert 'data-testid="crew-runs"' in page and f"/runs/{run.id}/" in page
+    assert f"/runs/?crew={crew.id}" in page

@@ -17,7 +17,7 @@ from apps.agents import selectors as agents
 from apps.approvals import selectors as approvals
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.crews import selectors as crews
-from apps.runs import history, selectors, services
+from apps.runs import history, replay, selectors, services
 from apps.runs.models import RunStatus
 from apps.web.access import member_required
 from apps.web.forms import RunFilterForm
@@ -45,6 +45,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
     runs = history.search_runs(org_id=org_id, filters=run_filters(form))
     page = (form.cleaned_data.get("page") if form.is_valid() else None) or 1
     rows = list(runs[(page - 1) * PAGE_SIZE:page * PAGE_SIZE + 1])
+    review_columns(rows)
     count, more = history.count_runs(runs)
     query = request.GET.copy()
     query.pop("page", None)
@@ -54,6 +55,13 @@ def run_list(request: HttpRequest) -> HttpResponse:
                "crews": crews.org_crews(org_id=org_id), "agents": agents.org_agents(org_id=org_id),
                "members": accounts.org_members(org_id=org_id).select_related("user")}
     return render(request, "web/runs/list.html#run-results" if request.htmx else "web/runs/list.html", context)
+
+
+def review_columns(rows: list) -> None:
+    """Duration and failed calls per row (one query for the page)."""
+    failed = replay.failed_calls_by_run([r.id for r in rows])
+    for run in rows:
+        run.failed_calls, run.duration = failed.get(run.id, 0), replay.duration_text(run)
 
 
 def run_context(run, actor=None) -> dict:
