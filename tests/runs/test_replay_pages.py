@@ -85,3 +85,23 @@ def test_the_runs_list_and_the_crews_page_show_duration_and_failed_calls(client,
     page = client.get(f"/crews/{crew.id}/").content.decode()
     assert 'data-testid="crew-runs"' in page and f"/runs/{run.id}/" in page
     assert f"/runs/?crew={crew.id}" in page
+
+
+def test_the_trace_folds_per_turn_and_model_call_with_durations_and_the_runs_costs_are_one_click_away(
+        client, desk, owner):
+    crew = desk.refund_desk(refund_policy="auto")
+    run = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+                                                       enqueue=False).id)
+    other = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+                                                         enqueue=False).id)
+    signed_in(client, owner)
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert page.count('<details class="card mb-3" open data-testid="turn">') == 2
+    assert page.count('data-testid="model-call"') == RunStep.objects.filter(run=run, kind="llm").count()
+    assert page.count('data-testid="turn-duration"') == 2 and " s</span>" in page
+    assert f"/costs/export.csv?run={run.id}" in page
+    csv = b"".join(client.get(f"/costs/export.csv?run={run.id}").streaming_content).decode()
+    lines = csv.strip().splitlines()
+    assert len(lines) - 1 == RunStep.objects.filter(run=run, kind="llm").count() > 0
+    assert str(run.id) in csv and str(other.id) not in csv
+    assert client.get("/costs/export.csv?run=00000000-0000-0000-0000-000000000000").status_code == 404
