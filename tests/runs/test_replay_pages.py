@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from apps.agents import services as agent_services
 from apps.runs import services
 from apps.runs.models import Run, RunStep
 from tests.conftest import signed_in
@@ -27,6 +28,9 @@ def test_a_builder_tries_an_agent_from_its_page_and_lands_on_the_trial_run(clien
     services.drive_run(run_id=run.id)
     detail = client.get(f"/runs/{run.id}/").content.decode()
     assert "An agent tried on its own, without a crew." in detail and "Hello there." in detail
+    assert "no longer exists" not in detail
+    agent_services.update_agent(actor=desk.actor, agent_id=agent.id, instructions="Be warm.")
+    assert "agents.Greeter.instructions" in client.get(f"/runs/{run.id}/").content.decode()  # vs today's agent
     assert client.get(f"/agents/{agent.id}/try/").status_code == 302  # a GET of the POST URL goes to the page
 
     signed_in(client, viewer)

@@ -17,7 +17,7 @@ from apps.agents import selectors as agents
 from apps.approvals import selectors as approvals
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.crews import selectors as crews
-from apps.runs import history, replay, selectors, services
+from apps.runs import history, replay, selectors, services, trial
 from apps.runs.models import RunStatus
 from apps.web.access import member_required
 from apps.web.forms import RunFilterForm
@@ -94,11 +94,13 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
 def history_context(run) -> dict:
     """The run page's timeline, spend per agent and configuration then and now."""
     current = None
-    if run.crew_id:
-        try:
+    try:
+        if trial.trial_agent_id(run):  # an agent tried on its own: today's agent in the same one-task crew
+            current = trial.trial_snapshot(agents.get_agent(org_id=run.org_id, agent_id=trial.trial_agent_id(run)))
+        elif run.crew_id:
             current = services.build_snapshot(crews.get_crew(org_id=run.org_id, crew_id=run.crew_id))
-        except NotFound:
-            current = None
+    except NotFound:
+        current = None
     return {"waterfall": history.waterfall(run), "agent_spend": history.spend_by_agent(run),
             "config_changes": history.config_diff(run.snapshot, current), "crew_exists": current is not None,
             "snapshot_json": json.dumps(history.mask(run.snapshot), indent=2, sort_keys=True, default=str)}
