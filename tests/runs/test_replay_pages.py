@@ -109,3 +109,24 @@ def test_the_trace_folds_per_turn_and_model_call_with_durations_and_the_runs_cos
     assert len(lines) - 1 == RunStep.objects.filter(run=run, kind="llm").count() > 0
     assert str(run.id) in csv and str(other.id) not in csv
     assert client.get("/costs/export.csv?run=00000000-0000-0000-0000-000000000000").status_code == 404
+
+
+def test_the_new_pages_label_their_controls_and_name_their_buttons(client, desk, owner):
+    from tests.web.test_accessibility import audit
+
+    crew = desk.refund_desk()
+    held = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+                                                        enqueue=False).id)
+    services.decide_approval(actor=desk.actor, approval_id=held.ledger.get(state="held").approval_id,
+                             decision="reject")
+    parent = services.drive_run(run_id=held.id)
+    child = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+                                                         enqueue=False).id)  # waits in the inbox
+    signed_in(client, owner)
+    agent = RunStep.objects.filter(run=parent, kind="agent").first().agent_id
+    for url in ["/inbox/", f"/runs/{parent.id}/fork/", f"/agents/{agent}/",
+                f"/runs/compare/?a={parent.id}&b={child.id}", f"/crews/{crew.id}/", "/runs/"]:
+        response = client.get(url)
+        assert response.status_code == 200, url
+        page = audit(response.content.decode())
+        assert page.problems() == [], url
