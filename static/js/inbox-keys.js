@@ -1,7 +1,17 @@
 // Inbox keyboard shortcuts (listed on the page): j / k next / previous item, x select it, a approve it,
-// r reject it (first to its comment box). Ignored while typing in a field. No inline script (CSP).
+// r reject it (first to its comment box). Ignored while typing in a field; a checkbox on the page turns them
+// off (WCAG 2.1.4, character key shortcuts). No inline script (CSP).
 (function () {
   "use strict";
+  const STORE = "airlock.inbox-keys";
+  const toggle = document.getElementById("inbox-keys-on");
+  if (toggle) {
+    try { toggle.checked = localStorage.getItem(STORE) !== "off"; } catch (e) { /* storage blocked: stay on */ }
+    toggle.addEventListener("change", () => {
+      try { localStorage.setItem(STORE, toggle.checked ? "on" : "off"); } catch (e) { /* not remembered */ }
+    });
+  }
+  const enabled = () => !toggle || toggle.checked;
   const items = () => Array.from(document.querySelectorAll("#inbox-items [data-testid=approval]"));
   let current = -1;
 
@@ -23,7 +33,7 @@
   }
 
   document.addEventListener("keydown", (event) => {
-    if (event.ctrlKey || event.metaKey || event.altKey) return;
+    if (event.ctrlKey || event.metaKey || event.altKey || !enabled()) return;
     const target = event.target;
     if (target && (target.isContentEditable || /^(INPUT|TEXTAREA|SELECT)$/.test(target.tagName))) return;
     const list = items();

@@ -53,6 +53,13 @@ def test_an_owner_triages_the_inbox_with_the_keyboard_and_decides_two_items_toge
     expect(page.locator(f"#approval-{in_thread(first_request, run_ids[0])}")
            .get_by_test_id("decided")).to_contain_text("Approved")
 
+    page.get_by_test_id("inbox-keys-on").uncheck()  # single-key shortcuts can be turned off
+    page.locator("body").click(position={"x": 5, "y": 5})
+    page.keyboard.press("j")
+    expect(items.nth(1)).not_to_be_focused()
+    page.reload()
+    expect(page.get_by_test_id("inbox-keys-on")).not_to_be_checked()  # remembered
+
     for box in page.get_by_test_id("select-item").all():
         box.check()
     page.get_by_test_id("reject-selected").click()
