@@ -52,6 +52,7 @@ def test_a_finished_run_is_rerun_forked_and_compared_in_the_pages(client, desk, 
     assert "Re-run of" in client.get(f"/runs/{child.id}/").content.decode()
 
     refund = RunStep.objects.get(run=parent, kind="agent", task="refund")
+    assert f"/runs/{parent.id}/fork/?step={refund.position}" in detail  # "Fork from here" on the turn
     form = client.get(f"/runs/{parent.id}/fork/?step={refund.position}").content.decode()
     assert "Refund {amount_cents} cents on {order_id}." in form and 'value="700"' in form
     bad = client.post(f"/runs/{parent.id}/fork/", {"step": refund.position, "prompt": "x",

@@ -79,7 +79,10 @@ def run_context(run, actor=None) -> dict:
                         tc.inline_decision = render_to_string(
                             "web/inbox/_item.html", {**item_context(request, actor), "summary": None,
                                                      "next": reverse("web:run_detail", args=[run.id])})
-    return {"run": run, "turns": turns, "can_resolve": actor is not None and actor.can("approvals.decide")}
+    can_fork = (actor is not None and actor.can("runs.start") and run.is_finished
+                and (run.snapshot.get("crew") or {}).get("process") == "sequential")
+    return {"run": run, "turns": turns, "can_resolve": actor is not None and actor.can("approvals.decide"),
+            "can_fork": can_fork}
 
 
 @member_required()
