@@ -4,7 +4,8 @@
 
 NAME: steps (per-step overhead and its flatness), bytes (stored per run), approval (decision -> approved
 call started), events (commit -> websocket frame, burst, publish cost), gateway (bench/gateway.py),
-history (bench/history.py), memory (worker RSS). `--quick` is a smoke mode (small sizes, few passes).
+history (bench/history.py), pages (bench/pages.py: page loads at 10,000 runs), memory (worker RSS).
+`--quick` is a smoke mode (small sizes, few passes).
 
 It builds its own environment for the comparisons (var/bench/venv with bench/requirements.txt: LangGraph +
 langgraph-checkpoint-postgres; the comparison runs there as a subprocess printing JSON), uses dedicated
@@ -36,7 +37,7 @@ VENV = ROOT / "var" / "bench" / "venv"
 REQUIREMENTS = ROOT / "bench" / "requirements.txt"
 RESULTS = ROOT / "bench" / "results"
 OURS_DB, THEIRS_DB = "airlock_bench_run", "airlock_bench_langgraph"
-METRICS = ("steps", "bytes", "approval", "events", "gateway", "history", "memory")
+METRICS = ("steps", "bytes", "approval", "events", "gateway", "history", "pages", "memory")
 
 sys.path.insert(0, str(ROOT))
 
@@ -362,6 +363,24 @@ def run_history(args, admin_url, report, table) -> None:
                   ok=row["p95_ms"] < 150, note=scale)
 
 
+def run_pages(args, admin_url, report, table) -> None:
+    """Server time of whole page loads (bench/pages.py) at 10,000 runs: the run page, inbox and costs page."""
+    out = ROOT / "var" / "bench" / "pages-run.json"
+    size = ["--runs", "2000", "--pending", "50", "--samples", "10"] if args.quick else []
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.pages import main; "
+            f"main({[*size, '--out', str(out)]!r})")
+    env = {**os.environ, "DATABASE_URL": admin_url, "DJANGO_SETTINGS_MODULE": "config.settings"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"bench.pages failed:\n{done.stderr[-3000:]}")
+    data = json.loads(out.read_text())
+    report["pages"] = data
+    scale = f"{data['loaded'].get('runs', '?'):,} runs" if isinstance(data.get("loaded"), dict) else ""
+    for row in data["results"]:
+        table.add(f"page: {row['page']} (p95)"[:46], row["p95_ms"], unit=" ms", target="< 300 ms",
+                  ok=row["p95_ms"] < 300, note=f"{scale}, {row['queries']} queries")
+
+
 def run_memory(args, setup, report, table, worker) -> None:
     from bench import live
 
@@ -434,6 +453,9 @@ def main(argv: list[str] | None = None) -> dict:
         save()
     if "history" in only:
         run_history(args, admin_url, report, table)
+        save()
+    if "pages" in only:
+        run_pages(args, admin_url, report, table)
         save()
     report["seconds"] = round(time.monotonic() - started, 1)
     save()

@@ -85,6 +85,7 @@ def seed_demo() -> DemoSeed:
             created = True
     created = _seed_order_desk(actor) or created
     created = seed_agents_and_crews(actor) or created
+    created = _seed_example_price(actor) or created
     created = _seed_waiting_run(actor) or created
     _save_logins(saved)
     return DemoSeed(created=created, logins={email: saved.get(email) for email, _ in DEMO_USERS})
@@ -102,6 +103,28 @@ def _seed_order_desk(actor) -> bool:
         description="The bundled demo order desk: order lookups, refunds, customer deletion.", sync=False,
     )
     registry_services.sync_server(actor=actor, server_id=server.id)
+    return True
+
+
+EXAMPLE_PRICE_NOTE = "Example price for the demo's scripted model, so the charts show something: not a real cost."
+
+
+def _seed_example_price(actor) -> bool:
+    """A made-up price for the scripted model (whose calls cost nothing), marked as an example in its note,
+    so the demo's runs and the costs page show spend from the first run on. Skipped once it has a price."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from apps.costs import selectors as costs
+    from apps.costs import services as costs_services
+
+    if any(p.model == "scripted" for p in costs.org_prices(org_id=actor.org_id)):
+        return False
+    costs_services.set_model_price(actor=actor, model="scripted", provider="scripted", input_per_mtok=Decimal(3),
+                                   output_per_mtok=Decimal(15), effective_from=timezone.now() - timedelta(days=30),
+                                   note=EXAMPLE_PRICE_NOTE)
     return True
 
 

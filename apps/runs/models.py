@@ -44,6 +44,13 @@ class ErrorClass(models.TextChoices):
     INTERNAL = "internal", "Internal"
 
 
+class RunOrigin(models.TextChoices):
+    CREW = "", "Started"
+    RERUN = "rerun", "Re-run"
+    FORK = "fork", "Fork"
+    TRIAL = "trial", "Agent tried on its own"
+
+
 class Run(TenantModel):
     crew = models.ForeignKey("crews.Crew", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
     crew_name = models.CharField(max_length=100)
@@ -81,6 +88,12 @@ class Run(TenantModel):
     trace_parent = models.CharField(max_length=64, blank=True, default="")
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # How the run came to be (apps/runs/replay.py, apps/runs/trial.py): "" started from a crew; "rerun" the
+    # parent's inputs on today's config; "fork" the parent's config from one of its turns on, with an edit;
+    # "trial" one agent tried on its own, with no crew (the snapshot holds a one-task crew made for it).
+    origin = models.CharField(max_length=8, choices=RunOrigin.choices, blank=True, default="")
+    parent = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True, related_name="children")
+    parent_step = models.PositiveIntegerField(null=True, blank=True)  # a fork: the parent's step position
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["org", "idempotency_key"], condition=~Q(idempotency_key=""),

@@ -8,6 +8,16 @@ from apps.web.badges import pending_approvals
 
 
 def airlock(request) -> dict:
+    """Read once per request: a page that renders partials with the request (the inbox's items) would
+    otherwise count the inbox again for each one."""
+    cached = getattr(request, "_airlock_context", None)
+    if cached is None:
+        cached = _airlock(request)
+        request._airlock_context = cached
+    return cached
+
+
+def _airlock(request) -> dict:
     membership = getattr(request, "membership", None)
     if not membership:
         return {"signup_enabled": settings.AIRLOCK_ALLOW_SIGNUP}

@@ -15,11 +15,13 @@ from apps.web.views import (
     inbox,
     members,
     notifications,
+    replay,
     runs,
     servers,
     sso,
     system,
     tokens,
+    triage_pages,
 )
 
 app_name = "web"
@@ -107,9 +109,14 @@ urlpatterns = [
     path("runs/<uuid:run_id>/trace.json", exports.run_trace_json, name="run_trace"),
     path("runs/<uuid:run_id>/", runs.run_detail, name="run_detail"),
     path("runs/<uuid:run_id>/cancel/", runs.run_cancel, name="run_cancel"),
+    path("runs/<uuid:run_id>/rerun/", replay.run_rerun, name="run_rerun"),
+    path("runs/<uuid:run_id>/fork/", replay.run_fork, name="run_fork"),
+    path("runs/compare/", replay.run_compare, name="run_compare"),
+    path("agents/<uuid:agent_id>/try/", replay.agent_try, name="agent_try"),
     path("tool-calls/<uuid:tool_call_id>/resolve/", runs.tool_call_resolve, name="tool_call_resolve"),
     path("inbox/", inbox.inbox, name="inbox"),
     path("inbox/<uuid:approval_id>/decide/", inbox.inbox_decide, name="inbox_decide"),
+    path("inbox/batch/", triage_pages.inbox_batch, name="inbox_batch"),
     path("inbox/standing/", inbox.standing_list, name="standing_approvals"),
     path("inbox/standing/<uuid:standing_id>/revoke/", inbox.standing_revoke, name="standing_revoke"),
     path("settings/notifications/", notifications.notifications, name="notifications"),

@@ -47,3 +47,29 @@ def test_seed_demo_leaves_one_real_run_waiting_in_the_inbox(db, settings, tmp_pa
     assert pending[0].arguments["amount_cents"] == 1500
     seed_demo()
     assert Run.objects.filter(org_id=org_id).count() == 1
+
+
+def test_seed_demo_prices_the_scripted_model_as_a_marked_example_so_the_costs_show_spend(db, settings, tmp_path):
+    from apps.costs.models import ModelPrice, UsageRecord
+    from apps.demo.services import EXAMPLE_PRICE_NOTE, seed_demo
+    from apps.runs.models import Run
+
+    settings.VAR_DIR = tmp_path
+    seed_demo()
+    org_id = Organization.objects.get(slug="demo").id
+    price = ModelPrice.objects.get(org_id=org_id, model="scripted")
+    assert price.note == EXAMPLE_PRICE_NOTE and "not a real cost" in price.note
+    run = Run.objects.get(org_id=org_id)
+    assert run.cost_usd > 0 and run.cost_unknown_calls == 0
+    assert UsageRecord.objects.filter(org_id=org_id, cost_usd__gt=0).exists()
+    seed_demo()
+    assert ModelPrice.objects.filter(org_id=org_id, model="scripted").count() == 1
+
+    from django.test import Client
+
+    from apps.accounts.models import Membership
+
+    client = Client()
+    client.force_login(Membership.objects.get(org_id=org_id, role="owner").user)
+    page = client.get("/costs/").content.decode()
+    assert 'data-testid="example-prices"' in page and "not a real cost" in page

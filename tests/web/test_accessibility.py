@@ -104,7 +104,7 @@ def furnished(org, owner):
 
 
 TOP = ["/", "/servers/", "/servers/catalog/", "/agents/", "/agents/connections/", "/crews/", "/audit/",
-       "/settings/members/", "/settings/tokens/", "/settings/system/"]
+       "/settings/members/", "/settings/tokens/", "/settings/system/", "/inbox/", "/runs/"]
 BELOW = ["/servers/catalog/orders/", "/servers/{server}/", "/tools/{tool}/", "/agents/new/", "/agents/{agent}/",
          "/agents/{agent}/edit/", "/crews/new/", "/crews/{crew}/", "/crews/{crew}/edit/",
          "/agents/connections/{connection}/"]

@@ -4,17 +4,18 @@ from typing import Any, Literal
 from uuid import UUID
 
 from django.http import JsonResponse
-from ninja import Query, Router, Schema
+from ninja import Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from apps.api import idempotency
 from apps.api.bodies import Body
 from apps.api.instants import Instant
 from apps.api.pagination import Pagination
-from apps.runs import selectors, services
+from apps.runs import replay, selectors, services, trial
 
 router = Router(tags=["runs"])
 crew_runs = Router(tags=["runs"])
+agent_runs = Router(tags=["runs"])
 
 RunStatus = Literal["queued", "running", "waiting", "succeeded", "failed", "cancelled", "timed_out",
                     "limit_exceeded"]
@@ -24,10 +25,23 @@ class RunIn(Body):
     inputs: dict[str, Any] = {}
 
 
+class TrialIn(Body):
+    message: str
+
+
+class ForkIn(Body):
+    step: int
+    prompt: str | None = None
+    inputs: dict[str, Any] = {}
+
+
 class RunOut(Schema):
     id: UUID
     crew_id: UUID | None
     crew_name: str
+    origin: str
+    parent_id: UUID | None
+    parent_step: int | None
     status: str
     inputs: dict[str, Any]
     output: str
@@ -73,6 +87,13 @@ def start_run(request, crew_id: UUID, payload: RunIn):
     return JsonResponse(first.body, status=first.status)  # the answer as first sent, byte for byte the same JSON
 
 
+@agent_runs.post("/{agent_id}/try", response={201: RunOut})
+def try_agent(request, agent_id: UUID, payload: TrialIn):
+    """Tries one agent on its own with `message` as its input: a run with no crew (`origin` "trial"), under
+    the same policy, holds and cost records as any run."""
+    return Status(201, trial.start_trial(actor=request.auth, agent_id=agent_id, message=payload.message))
+
+
 @router.get("", response=list[RunOut])
 @paginate(Pagination)
 def list_runs(request, status: RunStatus | None = None, crew: UUID | None = None, agent: UUID | None = None,
@@ -80,6 +101,27 @@ def list_runs(request, status: RunStatus | None = None, crew: UUID | None = None
     request.auth.require("org.view")
     return selectors.org_runs(org_id=request.auth.org_id, status=status, crew_id=crew, agent_id=agent, since=since,
                               until=until, attention=attention)
+
+
+@router.get("/compare", response=dict[str, Any])
+def compare_runs(request, a: UUID, b: UUID):
+    """Two runs side by side: inputs, configuration versions and differences, steps, tokens, cost, outcome."""
+    request.auth.require("org.view")
+    return replay.compare(org_id=request.auth.org_id, a=a, b=b).as_dict()
+
+
+@router.post("/{run_id}/rerun", response={201: RunOut})
+def rerun(request, run_id: UUID):
+    """The finished run's inputs on today's configuration; the new run's `parent_id` is this run."""
+    return Status(201, replay.rerun(actor=request.auth, run_id=run_id))
+
+
+@router.post("/{run_id}/fork", response={201: RunOut})
+def fork(request, run_id: UUID, payload: ForkIn):
+    """A new run from the agent turn at position `step` on, with this run's configuration, and optionally a
+    new `prompt` for that turn's task and changed `inputs`; this run is left as it is."""
+    return Status(201, replay.fork(actor=request.auth, run_id=run_id, step=payload.step, prompt=payload.prompt,
+                                   inputs=payload.inputs))
 
 
 @router.get("/{run_id}", response=RunOut)

@@ -189,7 +189,7 @@ def agent_detail(request: HttpRequest, agent_id) -> HttpResponse:
         "agent": agent, "permissions": selectors.effective_permissions(agent),
         "prompt": selectors.system_prompt(agent), "crews": selectors.crews_using(agent), "versions": versions,
         "budget": costs.target_budget_use(org_id=agent.org_id, scope=BudgetScope.AGENT, target_id=agent.id),
-        "can_build": request.actor.can("build")})
+        "can_build": request.actor.can("build"), "can_try": request.actor.can("runs.start"), "errors": {}})
 
 
 @require_POST

@@ -15,6 +15,7 @@ from apps.core.errors import ValidationFailed
 from apps.costs import selectors, services
 from apps.costs.models import BudgetScope
 from apps.crews import selectors as crews
+from apps.demo.services import EXAMPLE_PRICE_NOTE
 from apps.runs import history
 from apps.web.access import member_required
 from apps.web.forms import BudgetForm, CostRangeForm, PriceForm, apply_domain_errors
@@ -56,6 +57,7 @@ def costs_context(request: HttpRequest, *, price_form: PriceForm | None = None,
         "budgets": selectors.budget_use(org_id=org_id),
         "run_budgets": selectors.org_budgets(org_id=org_id).filter(scope=BudgetScope.RUN),
         "prices": selectors.org_prices(org_id=org_id),
+        "example_prices": [p for p in selectors.org_prices(org_id=org_id) if p.note == EXAMPLE_PRICE_NOTE],
         "can_manage": request.actor.can("costs.manage"),
         "price_form": price_form or PriceForm(initial={"effective_from": datetime.now(UTC).date()}),
         "budget_form": budget_form or BudgetForm(),

@@ -16,8 +16,10 @@ from apps.agents import selectors as agents
 from apps.core.errors import ValidationFailed
 from apps.crews import selectors, services, starters
 from apps.crews.validation import INPUT_TYPES
+from apps.runs import history
 from apps.web.access import member_required
 from apps.web.tables import sorted_page
+from apps.web.views.runs import review_columns
 
 SCALARS = ("name", "description", "process", "supervisor_agent_id", "max_hops", "max_tool_calls", "timeout_s",
            "token_budget", "budget_usd", "approvals_required", "approval_ttl_hours")
@@ -158,9 +160,11 @@ def crew_detail(request: HttpRequest, crew_id) -> HttpResponse:
     for version in versions:
         version.diffs = [(field, agents.diff_lines(before, after))
                          for field, (before, after) in sorted(version.changes.items())]
+    crew_runs = list(history.search_runs(org_id=crew.org_id, filters=history.RunFilters(crew_id=crew.id))[:10])
+    review_columns(crew_runs)
     return render(request, "web/crews/detail.html", {
         "crew": crew, "versions": versions, "disabled_agents": selectors.disabled_agents(crew),
-        "can_build": request.actor.can("build")})
+        "can_build": request.actor.can("build"), "crew_runs": crew_runs})
 
 
 @require_POST

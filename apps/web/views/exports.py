@@ -95,11 +95,15 @@ COST_COLUMNS = ["created_at", "run_id", "crew_id", "agent_id", "provider", "mode
 
 @member_required()
 def costs_csv(request: HttpRequest) -> StreamingHttpResponse:
-    """One row per model call in the range (unknown prices say `unknown`)."""
-    form = CostRangeForm(request.GET or None)
-    values = form.cleaned_data if form.is_valid() else {}
-    since, until = costs.parse_range(values.get("since"), values.get("until"))
-    usage = costs.usage_rows(org_id=request.actor.org_id, since=since, until=until).order_by("created_at")
+    """One row per model call in the range (unknown prices say `unknown`); `?run=<id>`: that run's calls only."""
+    if request.GET.get("run"):
+        run = selectors.get_run(org_id=request.actor.org_id, run_id=request.GET["run"])  # NotFound: 404
+        usage = costs.usage_rows(org_id=request.actor.org_id).filter(run_id=run.id).order_by("created_at")
+    else:
+        form = CostRangeForm(request.GET or None)
+        values = form.cleaned_data if form.is_valid() else {}
+        since, until = costs.parse_range(values.get("since"), values.get("until"))
+        usage = costs.usage_rows(org_id=request.actor.org_id, since=since, until=until).order_by("created_at")
 
     def rows() -> Iterator[list[Any]]:
         for row in usage.values_list(*COST_COLUMNS).iterator(chunk_size=CHUNK):

@@ -25,7 +25,7 @@ from django.views.decorators.http import require_POST
 from apps.accounts.actors import Actor
 from apps.agents import selectors as agents
 from apps.approvals import selectors as approvals
-from apps.approvals import standing
+from apps.approvals import standing, triage
 from apps.approvals.models import ApprovalKind, ApprovalRequest
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.crews import selectors as crews
@@ -33,6 +33,7 @@ from apps.registry import selectors as registry
 from apps.runs import selectors as runs
 from apps.runs import services
 from apps.web.access import member_required
+from apps.web.views import triage_pages
 
 FILTERS = ("crew", "agent", "server", "risk", "kind")
 RISKS = ("read", "write", "dangerous")
@@ -139,7 +140,9 @@ def run_summary(request: ApprovalRequest) -> dict[str, Any] | None:
 
 
 def item_context(request: ApprovalRequest, actor: Actor, *, values: dict[str, str] | None = None,
-                 errors: dict[str, str] | None = None, message: str = "", message_level: str = "") -> dict:
+                 errors: dict[str, str] | None = None, message: str = "", message_level: str = "",
+                 summary: Any = triage_pages.UNREAD) -> dict:
+    """`summary`: the run's context when the caller read it with others (`triage_pages.summaries`)."""
     votes = list(request.votes.all())
     voted = next((v for v in votes if actor.user_id is not None and v.user_id == actor.user_id), None)
     definition = request.kind == ApprovalKind.DEFINITION_CHANGE
@@ -156,8 +159,9 @@ def item_context(request: ApprovalRequest, actor: Actor, *, values: dict[str, st
         "fields": [] if definition else argument_fields(request, values, errors),
         "errors": errors or {}, "message": message, "message_level": message_level or "info",
         "standing_offered": not definition and request.risk != "dangerous" and request.required_approvals == 1,
-        "summary": run_summary(request), "seconds_left": seconds_left,
-        "expired_soon": seconds_left is not None and seconds_left < 3600,
+        "summary": run_summary(request) if summary is triage_pages.UNREAD else summary,
+        "seconds_left": seconds_left, "expired_soon": seconds_left is not None and seconds_left < 3600,
+        **triage_pages.age(request),
         "tool_risk": request.risk,
     }
 
@@ -169,13 +173,19 @@ def render_item(http_request: HttpRequest | None, request: ApprovalRequest, acto
 
 @member_required()
 def inbox(request: HttpRequest) -> HttpResponse:
+    """Pending items in triage order (oldest first unless sorted otherwise), a page at a time."""
     org_id = request.actor.org_id
     filters = inbox_filters(request.GET)
-    pending = approvals.org_approvals(org_id=org_id, status="pending", **filters)
+    view = triage_pages.view_of(request.GET)
+    pending = triage.pending(org_id=org_id, sort=view.sort, tool=view.tool, age=view.age, **filters)
+    page = list(pending[view.offset:view.offset + triage_pages.PAGE + 1])
+    shown = page[:triage_pages.PAGE]
+    summaries = triage_pages.summaries(shown)
     recent = approvals.org_approvals(org_id=org_id, **filters).exclude(status="pending")[:20]
     query = "&".join(f"{k}={request.GET[k]}" for k in FILTERS if request.GET.get(k))
-    items = [render_to_string("web/inbox/_item.html", item_context(r, request.actor), request=request)
-             for r in pending]
+    items = [render_to_string("web/inbox/_item.html", {**item_context(r, request.actor, summary=summaries.get(r.id)),
+                                                       "selectable": True}, request=request)
+             for r in shown]
     unknown = [] if filters.get("kind") == ApprovalKind.DEFINITION_CHANGE else list(
         runs.unknown_calls(org_id=org_id, **{k: v for k, v in filters.items() if k != "kind"})[:UNKNOWN_SHOWN])
     context = {"items": items, "recent": recent, "unknown_calls": unknown,
@@ -183,7 +193,9 @@ def inbox(request: HttpRequest) -> HttpResponse:
                "filters": {k: request.GET.get(k, "") for k in FILTERS}, "query": query,
                "since": timezone.now().isoformat(),
                "crews": crews.org_crews(org_id=org_id), "agents": agents.org_agents(org_id=org_id),
-               "servers": registry.servers_for_org(org_id=org_id), "risks": RISKS, "kinds": ApprovalKind.choices}
+               "servers": registry.servers_for_org(org_id=org_id), "risks": RISKS, "kinds": ApprovalKind.choices,
+               **triage_pages.page_context(request, view, shown=len(shown), more=len(page) > len(shown),
+                                           tools=triage.pending_tools(org_id=org_id))}
     return render(request, "web/inbox/list.html", context)
 
 

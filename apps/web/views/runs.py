@@ -17,7 +17,7 @@ from apps.agents import selectors as agents
 from apps.approvals import selectors as approvals
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.crews import selectors as crews
-from apps.runs import history, selectors, services
+from apps.runs import history, replay, selectors, services, trial
 from apps.runs.models import RunStatus
 from apps.web.access import member_required
 from apps.web.forms import RunFilterForm
@@ -45,6 +45,7 @@ def run_list(request: HttpRequest) -> HttpResponse:
     runs = history.search_runs(org_id=org_id, filters=run_filters(form))
     page = (form.cleaned_data.get("page") if form.is_valid() else None) or 1
     rows = list(runs[(page - 1) * PAGE_SIZE:page * PAGE_SIZE + 1])
+    review_columns(rows)
     count, more = history.count_runs(runs)
     query = request.GET.copy()
     query.pop("page", None)
@@ -54,6 +55,13 @@ def run_list(request: HttpRequest) -> HttpResponse:
                "crews": crews.org_crews(org_id=org_id), "agents": agents.org_agents(org_id=org_id),
                "members": accounts.org_members(org_id=org_id).select_related("user")}
     return render(request, "web/runs/list.html#run-results" if request.htmx else "web/runs/list.html", context)
+
+
+def review_columns(rows: list) -> None:
+    """Duration and failed calls per row (one query for the page)."""
+    failed = replay.failed_calls_by_run([r.id for r in rows])
+    for run in rows:
+        run.failed_calls, run.duration = failed.get(run.id, 0), replay.duration_text(run)
 
 
 def run_context(run, actor=None) -> dict:
@@ -71,13 +79,17 @@ def run_context(run, actor=None) -> dict:
                         tc.inline_decision = render_to_string(
                             "web/inbox/_item.html", {**item_context(request, actor), "summary": None,
                                                      "next": reverse("web:run_detail", args=[run.id])})
-    return {"run": run, "turns": turns, "can_resolve": actor is not None and actor.can("approvals.decide")}
+    can_fork = (actor is not None and actor.can("runs.start") and run.is_finished
+                and (run.snapshot.get("crew") or {}).get("process") == "sequential")
+    return {"run": run, "turns": turns, "can_resolve": actor is not None and actor.can("approvals.decide"),
+            "can_fork": can_fork}
 
 
 @member_required()
 def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     run = selectors.get_run(org_id=request.actor.org_id, run_id=run_id)
     context = {**run_context(run, request.actor), "can_cancel": request.actor.can("runs.start") and not run.is_finished,
+               "can_replay": request.actor.can("runs.start") and run.is_finished,
                "can_decide": request.actor.can("approvals.decide"), **history_context(run)}
     return render(request, "web/runs/detail.html", context)
 
@@ -85,11 +97,13 @@ def run_detail(request: HttpRequest, run_id) -> HttpResponse:
 def history_context(run) -> dict:
     """The run page's timeline, spend per agent and configuration then and now."""
     current = None
-    if run.crew_id:
-        try:
+    try:
+        if trial.trial_agent_id(run):  # an agent tried on its own: today's agent in the same one-task crew
+            current = trial.trial_snapshot(agents.get_agent(org_id=run.org_id, agent_id=trial.trial_agent_id(run)))
+        elif run.crew_id:
             current = services.build_snapshot(crews.get_crew(org_id=run.org_id, crew_id=run.crew_id))
-        except NotFound:
-            current = None
+    except NotFound:
+        current = None
     return {"waterfall": history.waterfall(run), "agent_spend": history.spend_by_agent(run),
             "config_changes": history.config_diff(run.snapshot, current), "crew_exists": current is not None,
             "snapshot_json": json.dumps(history.mask(run.snapshot), indent=2, sort_keys=True, default=str)}

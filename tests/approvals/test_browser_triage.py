@@ -1,0 +1,72 @@
+"""In a real browser with a real worker: triaging the inbox with the keyboard (j / a / x) and deciding the
+selected items together; each item is its own decision and its run goes on. Screenshot in artifacts/."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from playwright.sync_api import Page, expect
+
+from apps.approvals.models import ApprovalRequest
+from tests.approvals.test_browser import order_desk
+from tests.browser.test_foundation import sign_in
+from tests.runs.test_browser_history import in_thread
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def held_runs(owner, data, count):
+    from apps.runs import services
+
+    desk = order_desk(owner, data)
+    crew = desk.refund_desk()
+    ids = []
+    for n in range(count):
+        run = services.start_run(actor=desk.actor, crew_id=crew.id,
+                                 inputs={"order_id": f"A-100{n + 1}", "amount_cents": 100 + n}, enqueue=False)
+        services.drive_run(run_id=run.id)
+        ids.append(run.id)
+    return ids
+
+
+def test_an_owner_triages_the_inbox_with_the_keyboard_and_decides_two_items_together(
+        page: Page, live_url, worker, owner, tmp_path):
+    run_ids = in_thread(held_runs, owner, tmp_path / "orders.json", 3)
+    sign_in(page, live_url, owner.user.email)
+    page.goto(f"{live_url}/inbox/")
+    items = page.locator("#inbox-items [data-testid=approval]")
+    expect(items).to_have_count(3)
+    expect(items.first.get_by_test_id("arguments")).to_contain_text('"amount_cents": 100')  # oldest first
+    expect(items.first.get_by_test_id("waited")).to_contain_text("waiting")
+    page.get_by_text("Keyboard shortcuts").click()
+    expect(page.get_by_test_id("inbox-keys")).to_contain_text("next / previous item")
+    artifacts = Path(settings.VAR_DIR) / "artifacts"
+    artifacts.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(artifacts / "inbox-triage.png"), full_page=True)
+
+    page.locator("body").click(position={"x": 5, "y": 5})
+    page.keyboard.press("j")
+    expect(items.first).to_be_focused()
+    page.keyboard.press("a")  # approve the focused item (this call only)
+    expect(page.locator(f"#approval-{in_thread(first_request, run_ids[0])}")
+           .get_by_test_id("decided")).to_contain_text("Approved")
+
+    page.get_by_test_id("inbox-keys-on").uncheck()  # single-key shortcuts can be turned off
+    page.locator("body").click(position={"x": 5, "y": 5})
+    page.keyboard.press("j")
+    expect(items.nth(1)).not_to_be_focused()
+    page.reload()
+    expect(page.get_by_test_id("inbox-keys-on")).not_to_be_checked()  # remembered
+
+    for box in page.get_by_test_id("select-item").all():
+        box.check()
+    page.get_by_test_id("reject-selected").click()
+    expect(page.locator(".alert").filter(has_text="Rejected 2 items")).to_be_visible()
+    statuses = in_thread(lambda: [ApprovalRequest.objects.get(run_id=r).status for r in run_ids])
+    assert statuses == ["approved", "rejected", "rejected"]
+
+
+def first_request(run_id):
+    return ApprovalRequest.objects.get(run_id=run_id).id
