@@ -9,7 +9,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('accounts', '0002_api_token_member'),
-        ('runs', '0009_run_attention_writes_not_done'),
+        ('runs', '0010_run_origin_and_parent'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0010_run_retention'),
+        ('runs', '0011_run_retention'),
     ]
 
     operations = [
