@@ -256,7 +256,47 @@ LOGIN_URL = "web:login"
 LOGIN_REDIRECT_URL = "web:dashboard"
 LOGOUT_REDIRECT_URL = "web:login"
 
-EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+
+
+def email_settings(environ: os._Environ | dict[str, str]) -> dict[str, object]:
+    """Django's EMAIL_* settings from `EMAIL_URL` (smtp://user:pass@host:port, smtps:// for implicit
+    TLS, smtp+tls:// for STARTTLS; user and password percent-encoded) or the separate EMAIL_HOST,
+    EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS, EMAIL_USE_SSL. With neither,
+    the console backend (mail printed to the log), so a laptop sends nothing by accident."""
+    from urllib.parse import unquote, urlsplit
+
+    def flag(name: str) -> bool:
+        return (environ.get(name) or "").strip().lower() in {"1", "true", "yes", "on"}
+
+    url = (environ.get("EMAIL_URL") or "").strip()
+    values: dict[str, object] = {"EMAIL_TIMEOUT": int(environ.get("EMAIL_TIMEOUT") or 10)}
+    if url:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in {"smtp", "smtps", "smtp+tls", "smtp+ssl"}:
+            raise RuntimeError(f"EMAIL_URL must start with smtp://, smtps:// or smtp+tls://, not {scheme}://.")
+        ssl = scheme in {"smtps", "smtp+ssl"}
+        tls = scheme == "smtp+tls"
+        values.update(EMAIL_HOST=parts.hostname or "localhost", EMAIL_PORT=parts.port or (465 if ssl else 587 if tls
+                                                                                          else 25),
+                      EMAIL_HOST_USER=unquote(parts.username or ""), EMAIL_HOST_PASSWORD=unquote(parts.password or ""),
+                      EMAIL_USE_SSL=ssl, EMAIL_USE_TLS=tls)
+    elif environ.get("EMAIL_HOST"):
+        ssl, tls = flag("EMAIL_USE_SSL"), flag("EMAIL_USE_TLS")
+        if ssl and tls:
+            raise RuntimeError("Set EMAIL_USE_TLS (STARTTLS) or EMAIL_USE_SSL (implicit TLS), not both.")
+        values.update(EMAIL_HOST=environ["EMAIL_HOST"], EMAIL_PORT=int(environ.get("EMAIL_PORT") or
+                                                                       (465 if ssl else 587 if tls else 25)),
+                      EMAIL_HOST_USER=environ.get("EMAIL_HOST_USER", ""),
+                      EMAIL_HOST_PASSWORD=environ.get("EMAIL_HOST_PASSWORD", ""), EMAIL_USE_SSL=ssl, EMAIL_USE_TLS=tls)
+    else:
+        values["EMAIL_BACKEND"] = environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+        return values
+    values["EMAIL_BACKEND"] = environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+    return values
+
+
+globals().update(email_settings(os.environ))
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "airlock@localhost")
 
 # --- i18n, static ---------------------------------------------------------------------------
