@@ -79,3 +79,21 @@ class EmailPreference(TenantModel):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["org"], name="email_preference_org")]
+
+
+class ApprovalLink(TenantModel):
+    """One recipient's link in one approval email: a random token (only its SHA-256 is stored) that
+    names the member, the request and the arguments it was mailed with; used once, dead when the
+    request is decided or expires. `approval_id` is a UUID: approvals sits above notifications."""
+
+    approval_id = models.UUIDField()
+    membership = models.ForeignKey("accounts.Membership", on_delete=models.CASCADE, related_name="+")
+    token_hash = models.CharField(max_length=64, unique=True)
+    args_hash = models.CharField(max_length=64, blank=True)  # of the arguments the mail showed
+    expires_at = models.DateTimeField(null=True, blank=True)  # the request's
+    used_at = models.DateTimeField(null=True, blank=True)
+    used_for = models.CharField(max_length=10, blank=True)  # approve / reject / respond
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["approval_id", "membership"], name="approval_link_once")]
+        ordering = ["-created_at"]

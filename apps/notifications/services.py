@@ -267,6 +267,10 @@ def send_email(*, notification_id: UUID | str) -> bool:
     notification = Notification.objects.get(id=notification_id)
     if not notification.email_to:
         return False
+    if notification.event == "approval.requested" and notification.payload.get("kind") == "tool_call":
+        from apps.notifications.approval_links import send_approval_emails
+
+        return send_approval_emails(notification=notification) > 0  # each approver's own links
     label = EVENTS.get(notification.event, notification.event)
     lines = [f"{label}.", ""] + [f"{k}: {v}" for k, v in sorted(notification.payload.items())
                                  if isinstance(v, str | int | float) and k not in ("arguments",)]

@@ -3,6 +3,7 @@ from django.urls import path, reverse_lazy
 
 from apps.web.views import (
     agents,
+    approval_links,
     audit,
     auth,
     catalog,
@@ -100,6 +101,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/cancel/", runs.run_cancel, name="run_cancel"),
     path("tool-calls/<uuid:tool_call_id>/resolve/", runs.tool_call_resolve, name="tool_call_resolve"),
     path("inbox/", inbox.inbox, name="inbox"),
+    path("approvals/email/<str:token>/", approval_links.approval_link, name="approval_link"),
     path("inbox/<uuid:approval_id>/decide/", inbox.inbox_decide, name="inbox_decide"),
     path("inbox/standing/", inbox.standing_list, name="standing_approvals"),
     path("inbox/standing/<uuid:standing_id>/revoke/", inbox.standing_revoke, name="standing_revoke"),
