@@ -63,7 +63,7 @@ def test_each_approver_gets_their_own_links_and_a_get_decides_nothing(desk, org,
     scanner = Client(enforce_csrf_checks=True)
     for url in mine.values():  # a mail scanner prefetching every link
         page = scanner.get(path(url))
-        assert page.status_code == 200 and "no-referrer" == page["Referrer-Policy"]
+        assert page.status_code == 200 and page["Referrer-Policy"] == "no-referrer"
     assert 'amount_cents&quot;: 500' in page.content.decode() and approver.user.email in page.content.decode()
     forged = scanner.post(urlsplit(mine["approve"]).path, {"decision": "approve"})  # no CSRF token
     assert forged.status_code == 403
@@ -113,8 +113,8 @@ def test_two_of_two_counts_an_email_vote_and_an_inbox_vote_as_two_people_and_one
 
 def test_the_starter_cannot_approve_through_their_email_when_duties_are_separated(desk, org, smtp):
     starter = add_member(org, "admin")
-    run, request = held_and_mailed(desk, desk.refund_desk(separation_of_duties=True), smtp,
-                                   actor=member_actor(starter))
+    _, request = held_and_mailed(desk, desk.refund_desk(separation_of_duties=True), smtp,
+                                 actor=member_actor(starter))
     answer = confirm(Client(enforce_csrf_checks=True), links(smtp.to(starter.user.email))["approve"], "approve")
     assert answer.status_code == 403 and "separates duties" in answer.content.decode()
     request.refresh_from_db()
@@ -150,7 +150,8 @@ def test_answering_instead_sends_the_persons_words_to_the_agent_and_the_refund_n
     run = finish(run.id)
     call = ToolCall.objects.get(run=run, qualified_name="orders.refund_order")
     assert call.state == "rejected" and call.dispatched_at is None and desk.refunds() == {}
-    assert call.result == {"person": f"{approver.user.email} (email)", "text": "Do not refund; offer a voucher instead."}
+    assert call.result == {"person": f"{approver.user.email} (email)",
+                           "text": "Do not refund; offer a voucher instead."}
     decided = RunEvent.objects.get(run=run, type="tool.decided", data__decision="answered")
     assert decided.data["answer"] == "Do not refund; offer a voucher instead."
     # What the model read as the call's result: the person's words, marked as a person's.
