@@ -44,6 +44,6 @@ def approval_link(request: HttpRequest, token: str) -> HttpResponse:
             context.update(error=exc.message, comment=comment, want=decision)
             status = 403 if isinstance(exc, PermissionDenied) else 409 if isinstance(exc, Conflict) else 400
         context["opened"] = approval_links.open_link(token=token)
-    response = render(request, "web/approvals/link.html", context, status=status)
-    response["Referrer-Policy"] = "no-referrer"  # the token is in the URL
-    return response
+    # The token is in the URL: the site's Referrer-Policy (same-origin) keeps it from other sites. Not
+    # no-referrer: browsers then send `Origin: null` with the form's POST, which CSRF rightly refuses.
+    return render(request, "web/approvals/link.html", context, status=status)
