@@ -48,6 +48,8 @@ AIRLOCK_EGRESS_ALLOW_PRIVATE = env_bool("AIRLOCK_EGRESS_ALLOW_PRIVATE", default=
 # addresses or CIDRs, comma-separated, e.g. "ollama.internal,10.0.5.0/24" (apps/registry/egress.py).
 AIRLOCK_EGRESS_ALLOW = env_list("AIRLOCK_EGRESS_ALLOW")
 AIRLOCK_BASE_URL = os.environ.get("AIRLOCK_BASE_URL", "http://127.0.0.1:8000")
+# Slack's Web API (tests point it at a fake on loopback); every call passes the egress guard.
+AIRLOCK_SLACK_API_URL = os.environ.get("AIRLOCK_SLACK_API_URL", "https://slack.com/api/")
 # The MCP gateway (`uvicorn config.gateway:app`): its public endpoint URL (shown on the keys page),
 # extra allowed browser origins (hosts come from ALLOWED_HOSTS), request body limit, registry poll.
 AIRLOCK_GATEWAY_URL = os.environ.get("AIRLOCK_GATEWAY_URL", "http://127.0.0.1:8001/mcp")

@@ -97,3 +97,30 @@ class ApprovalLink(TenantModel):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["approval_id", "membership"], name="approval_link_once")]
         ordering = ["-created_at"]
+
+
+class SlackConnection(TenantModel):
+    """An org's Slack app: bot token and signing secret (encrypted, write-only) and where held calls go:
+    `crew_channels` {crew id: channel} first, then `risk_channels` {risk: channel}, then `channel`."""
+
+    credentials = EncryptedJSONField()  # {"bot_token": "xoxb-...", "signing_secret": "..."}
+    channel = models.CharField(max_length=100)  # a channel id (C0123...) or name
+    risk_channels = models.JSONField(default=dict, blank=True)
+    crew_channels = models.JSONField(default=dict, blank=True)
+    enabled = models.BooleanField(default=True)
+    created_by_label = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org"], name="slack_connection_org")]
+
+
+class SlackPost(TenantModel):
+    """The interactive message of one approval request: where it is, to update it once decided."""
+
+    approval_id = models.UUIDField()
+    channel = models.CharField(max_length=100)
+    ts = models.CharField(max_length=40)
+    closed_at = models.DateTimeField(null=True, blank=True)  # updated to show the decision
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["approval_id"], name="slack_post_once")]

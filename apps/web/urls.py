@@ -17,6 +17,7 @@ from apps.web.views import (
     notifications,
     runs,
     servers,
+    slack,
     system,
     tokens,
 )
@@ -102,6 +103,8 @@ urlpatterns = [
     path("tool-calls/<uuid:tool_call_id>/resolve/", runs.tool_call_resolve, name="tool_call_resolve"),
     path("inbox/", inbox.inbox, name="inbox"),
     path("approvals/email/<str:token>/", approval_links.approval_link, name="approval_link"),
+    path("integrations/slack/<uuid:connection_id>/interactions/", slack.slack_interactions,
+         name="slack_interactions"),
     path("inbox/<uuid:approval_id>/decide/", inbox.inbox_decide, name="inbox_decide"),
     path("inbox/standing/", inbox.standing_list, name="standing_approvals"),
     path("inbox/standing/<uuid:standing_id>/revoke/", inbox.standing_revoke, name="standing_revoke"),
