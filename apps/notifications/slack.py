@@ -59,6 +59,12 @@ def connect(*, actor: Actor, bot_token: str = "", signing_secret: str = "", chan
     if unknown := sorted(set(risk_channels) - set(RISKS)):
         errors["risk_channels"] = f"Unknown risks: {', '.join(unknown)}."
     crew_channels = {str(k): v.strip().lstrip("#") for k, v in (crew_channels or {}).items() if v and v.strip()}
+    if crew_channels:
+        from apps.crews.models import Crew
+
+        known = {str(i) for i in Crew.objects.filter(org_id=actor.org_id).values_list("id", flat=True)}
+        if set(crew_channels) - known:
+            errors["crew_channels"] = "Some of these crews are not this organisation's."
     if errors:
         raise ValidationFailed("The Slack connection could not be saved.", errors)
     values = {"credentials": credentials, "channel": channel[:100], "risk_channels": risk_channels,

@@ -185,3 +185,26 @@ def test_the_crews_channel_wins_over_the_risks_and_the_api_host_passes_the_egres
         slack.post_approval(org_id=org.id, approval_id=request.id)
     assert fake.called("chat.postMessage")[0]["channel"] == "C-CREW"
     assert SlackConnection.objects.count() == 1
+
+
+def test_an_admin_connects_slack_in_settings_and_the_secrets_are_never_shown(desk, org, owner, fake):
+    crew = desk.refund_desk()
+    browser = Client()
+    browser.force_login(owner.user)
+    bad = browser.post("/settings/notifications/", {"form": "slack", "bot_token": "nope", "channel": ""})
+    assert bad.status_code == 422 and "starts with xoxb-" in bad.content.decode()
+    answer = browser.post("/settings/notifications/", {
+        "form": "slack", "bot_token": TOKEN, "signing_secret": SECRET, "channel": "#approvals",
+        "channel_dangerous": "C-DANGER", f"crew_{crew.id}": "C-CREW"}, follow=True)
+    page = answer.content.decode()
+    assert 'data-testid="slack-connected"' in page and TOKEN not in page and SECRET not in page
+    connection = SlackConnection.objects.get(org=org)
+    assert f"/integrations/slack/{connection.id}/interactions/" in page
+    assert connection.risk_channels == {"dangerous": "C-DANGER"}
+    assert connection.crew_channels == {str(crew.id): "C-CREW"}
+    viewer = add_member(org, "viewer")
+    other = Client()
+    other.force_login(viewer.user)
+    assert other.post("/settings/notifications/", {"form": "slack", "bot_token": TOKEN, "signing_secret": SECRET,
+                                                   "channel": "x"}).status_code in (302, 403)
+    assert SlackConnection.objects.get(org=org).channel == "approvals"
