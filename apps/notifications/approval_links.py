@@ -45,45 +45,66 @@ def link_url(token: str, decision: str = "") -> str:
 
 
 def issue_link(*, request: Any, membership: Any) -> str | None:
-    """A new link for this member on this request; returns the token (None when one was issued
-    before: a request is mailed to a person once)."""
+    """A fresh link for this member on this request; returns the token. A later mail (a reminder, an
+    escalation) replaces the member's unused link, so only the newest mail's links work. None when the
+    member already used theirs."""
     token = secrets.token_urlsafe(32)
-    try:
-        with transaction.atomic():
-            ApprovalLink.objects.create(org_id=request.org_id, approval_id=request.id, membership=membership,
-                                        token_hash=token_hash(token), args_hash=request.args_hash,
-                                        expires_at=request.expires_at)
-    except IntegrityError:
-        return None
+    with transaction.atomic():
+        link = (ApprovalLink.objects.select_for_update()
+                .filter(approval_id=request.id, membership=membership).first())
+        if link is not None:
+            if link.used_at is not None:
+                return None
+            link.token_hash, link.args_hash = token_hash(token), request.approved_args_hash or request.args_hash
+            link.save(update_fields=["token_hash", "args_hash", "updated_at"])
+            return token
+        try:
+            with transaction.atomic():
+                ApprovalLink.objects.create(org_id=request.org_id, approval_id=request.id, membership=membership,
+                                            token_hash=token_hash(token), args_hash=request.args_hash,
+                                            expires_at=request.expires_at)
+        except IntegrityError:  # a concurrent mail to the same person made theirs first
+            return None
     return token
 
 
+SUBJECTS = {"request": "Approval needed", "reminder": "Reminder, expires soon", "escalation": "Escalated to you"}
+
+
 def send_approval_emails(*, notification: Notification) -> int:
-    """One mail per recipient of an `approval.requested` notification, each with that person's own
-    links. Recipients who are no longer approvers of the org get nothing. Returns how many were sent."""
-    from apps.accounts.models import Membership
+    """One mail per recipient of an `approval.requested` notification, each with that person's own links."""
     from apps.approvals.models import ApprovalRequest
-    from apps.audit.redaction import redact
 
     request = (ApprovalRequest.objects.select_related("tool", "agent")
                .filter(org_id=notification.org_id, id=notification.payload.get("approval_id")).first())
-    if request is None or not request.is_pending:
+    if request is None:
+        return 0
+    return mail_request(request=request, emails=notification.email_to, reason="request")
+
+
+def mail_request(*, request: Any, emails: list[str], reason: str) -> int:
+    """Mails a pending request to those of `emails` who are approvers of its org, each with their own
+    links (`reason`: request, reminder or escalation). Returns how many mails were sent."""
+    from apps.accounts.models import Membership
+    from apps.audit.redaction import redact
+
+    if not request.is_pending:
         return 0
     members = (Membership.objects.select_related("user")
-               .filter(org_id=notification.org_id, user__email__in=notification.email_to,
-                       role__in=("owner", "admin", "approver")))
-    arguments = json.dumps(redact(request.arguments), indent=2, sort_keys=True, ensure_ascii=False, default=str)
+               .filter(org_id=request.org_id, user__email__in=emails, role__in=("owner", "admin", "approver")))
+    arguments = json.dumps(redact(request.approved_arguments or request.arguments), indent=2, sort_keys=True,
+                           ensure_ascii=False, default=str)
     inbox_url = settings.AIRLOCK_BASE_URL.rstrip("/") + reverse("web:inbox")
     sent = 0
     for membership in members:
         token = issue_link(request=request, membership=membership)
         if token is None:
             continue
-        context = {"request": request, "arguments": arguments, "member": membership,
+        context = {"request": request, "arguments": arguments, "member": membership, "reason": reason,
                    "approve_url": link_url(token, "approve"), "reject_url": link_url(token, "reject"),
                    "open_url": link_url(token), "inbox_url": inbox_url}
         message = EmailMultiAlternatives(
-            subject=f"[Airlock] Approval needed: {request.title}"[:200],
+            subject=f"[Airlock] {SUBJECTS[reason]}: {request.title}"[:200],
             body=render_to_string("web/approvals/email.txt", context), to=[membership.user.email])
         message.attach_alternative(render_to_string("web/approvals/email.html", context), "text/html")
         message.send(fail_silently=False)

@@ -124,3 +124,35 @@ class SlackPost(TenantModel):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["approval_id"], name="slack_post_once")]
+
+
+class ApprovalRoute(TenantModel):
+    """Who is asked about a held call, and where: for one crew and/or one risk (empty: any). The most
+    specific route wins (crew and risk, then crew, then risk). `people` are member emails (empty: every
+    owner, admin and approver); `channels` ("email", "slack"); a reminder to those who have not voted
+    `remind_before_minutes` before the request expires; `escalate_to` (member emails) asked too once the
+    request has waited `escalate_after_minutes`. Who may decide does not change: any approver still can."""
+
+    crew_id = models.UUIDField(null=True, blank=True)
+    risk = models.CharField(max_length=10, blank=True)
+    people = models.JSONField(default=list, blank=True)
+    channels = models.JSONField(default=list, blank=True)
+    remind_before_minutes = models.PositiveIntegerField(null=True, blank=True)
+    escalate_after_minutes = models.PositiveIntegerField(null=True, blank=True)
+    escalate_to = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        # One route per (crew, risk): kept by `routing.set_route`, which updates the existing row (a unique
+        # constraint would need NULLS NOT DISTINCT, which SQLite, the embedded mode, does not have).
+        indexes = [models.Index(fields=["org", "crew_id", "risk"], name="approval_route_key")]
+
+
+class ApprovalNudge(TenantModel):
+    """A reminder or an escalation that was sent for a request: the row is the claim, so beat sends each once."""
+
+    approval_id = models.UUIDField()
+    kind = models.CharField(max_length=10)  # reminder / escalation
+    recipients = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["approval_id", "kind"], name="approval_nudge_once")]

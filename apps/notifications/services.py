@@ -72,6 +72,11 @@ def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any]) -> Notifi
     emails = _email_recipients(org_id, event)
     slack = (event in SLACK_EVENTS and payload.get("kind") == "tool_call"
              and SlackConnection.objects.filter(org_id=org_id, enabled=True).exists())
+    if event == "approval.requested":
+        from apps.notifications.routing import audience
+
+        if (routed := audience(org_id, payload)) is not None:  # the crew's or the risk's route decides
+            emails, slack = routed.emails, slack and routed.slack
     if slack:  # posts the held call, or updates its message once decided (apps.notifications.slack)
         approval_id = str(payload["approval_id"])
         transaction.on_commit(lambda: _enqueue_slack(org_id, approval_id, event))

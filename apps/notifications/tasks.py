@@ -39,3 +39,10 @@ def update_slack(org_id: str, approval_id: str) -> bool:
     from apps.notifications import slack
 
     return slack.close_post(org_id=org_id, approval_id=approval_id)
+
+
+@shared_task
+def nudge_approvals() -> dict[str, int]:
+    from apps.notifications import routing
+
+    return routing.nudge_due()
