@@ -81,6 +81,23 @@ def set_route(*, actor: Actor, crew_id: UUID | str | None = None, risk: str = ""
     return route
 
 
+def delete_route(*, actor: Actor, route_id: UUID | str) -> None:
+    from apps.core.errors import NotFound
+
+    actor.require("members.manage")
+    with transaction.atomic():
+        route = ApprovalRoute.objects.filter(org_id=actor.org_id, id=route_id).first()
+        if route is None:
+            raise NotFound("No such approval route.")
+        audit.record(org_id=actor.org_id, actor=actor, action="approval_route.deleted", target=route,
+                     target_label=f"route crew={route.crew_id or 'any'} risk={route.risk or 'any'}")
+        route.delete()
+
+
+def org_routes(*, org_id: UUID | str) -> list[ApprovalRoute]:
+    return list(ApprovalRoute.objects.filter(org_id=org_id).order_by("crew_id", "risk"))
+
+
 def crew_of(org_id: UUID | str, run_id: UUID | str | None) -> str:
     if not run_id:
         return ""

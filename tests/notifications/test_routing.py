@@ -95,3 +95,20 @@ def test_after_the_wait_the_second_group_is_asked_once_and_decides_like_anyone(d
     request.refresh_from_db()
     assert request.status == "rejected" and request.decided_by_id == manager.user_id
     assert ApprovalLink.objects.filter(approval_id=request.id, used_at__isnull=False).count() == 1
+
+
+def test_an_admin_sets_a_route_in_settings_and_sees_it(desk, org, owner):
+    first, manager = add_member(org, "approver"), add_member(org, "admin")
+    crew = desk.refund_desk()
+    browser = Client()
+    browser.force_login(owner.user)
+    bad = browser.post("/settings/notifications/", {"form": "route", "risk": "write", "people": "who@else.test",
+                                                    "channels": ["email"], "escalate_after_minutes": "x"})
+    assert bad.status_code == 422 and "Not approvers of this organisation: who@else.test" in bad.content.decode()
+    page = browser.post("/settings/notifications/", {
+        "form": "route", "crew_id": str(crew.id), "risk": "write", "people": first.user.email,
+        "channels": ["email", "slack"], "remind_before_minutes": "30", "escalate_after_minutes": "60",
+        "escalate_to": manager.user.email}, follow=True).content.decode()
+    assert 'data-testid="route"' in page and "after 60 min to " + manager.user.email in page
+    route = routing.route_for(org.id, crew_id=str(crew.id), risk="write")
+    assert route.people == [first.user.email] and route.channels == ["email", "slack"]
