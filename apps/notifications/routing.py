@@ -177,7 +177,6 @@ def nudge_due() -> dict[str, int]:
     `remind_before_minutes` of expiring; the escalation group asked, once, when it has waited
     `escalate_after_minutes`. Idempotent: the nudge row is written before anything is sent."""
     from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
-    from apps.notifications.approval_links import mail_request
 
     now, sent = timezone.now(), {"reminders": 0, "escalations": 0}
     routed = ApprovalRoute.objects.filter(Q(remind_before_minutes__isnull=False) |
@@ -192,10 +191,22 @@ def nudge_due() -> dict[str, int]:
                 and request.expires_at - timedelta(minutes=route.remind_before_minutes) <= now < request.expires_at):
             people = _not_voted(request, people_of(request.org_id, route.people))
             if people and _claim(request, "reminder", people):
-                sent["reminders"] += mail_request(request=request, emails=people, reason="reminder")
+                sent["reminders"] += _ask(route, request, people, "reminder")
         if route.escalate_after_minutes and request.created_at + timedelta(
                 minutes=route.escalate_after_minutes) <= now:
             people = _not_voted(request, people_of(request.org_id, route.escalate_to))
             if people and _claim(request, "escalation", people):
-                sent["escalations"] += mail_request(request=request, emails=people, reason="escalation")
+                sent["escalations"] += _ask(route, request, people, "escalation")
     return sent
+
+
+def _ask(route: ApprovalRoute, request: Any, people: list[str], reason: str) -> int:
+    """Asks `people` on the route's channels: their own email links, a mention in the Slack thread.
+    Returns 1 when anyone was asked (for beat's count)."""
+    from apps.notifications import slack
+    from apps.notifications.approval_links import mail_request
+
+    asked = mail_request(request=request, emails=people, reason=reason) if "email" in route.channels else 0
+    if "slack" in route.channels:
+        asked += slack.nudge_thread(request=request, emails=people, reason=reason)
+    return min(asked, 1)

@@ -188,6 +188,26 @@ def close_post(*, approval_id: UUID | str, org_id: UUID | str) -> bool:
     return True
 
 
+def nudge_thread(*, request: Any, emails: list[str], reason: str) -> bool:
+    """A reply in the request's Slack thread naming the people asked (a reminder or an escalation),
+    each mentioned when Slack knows their email (users.lookupByEmail). False when there is no post."""
+    connection = connection_of(request.org_id)
+    post = SlackPost.objects.filter(org_id=request.org_id, approval_id=request.id, closed_at__isnull=True).first()
+    if connection is None or post is None:
+        return False
+    api = client(connection)
+    names = []
+    for email in emails:
+        try:
+            names.append(f"<@{api.users_lookupByEmail(email=email)['user']['id']}>")
+        except SlackApiError:
+            names.append(email)
+    lead = {"reminder": "Reminder: this still waits and expires soon", "escalation": "Escalated"}[reason]
+    api.chat_postMessage(channel=post.channel, thread_ts=post.ts, reply_broadcast=reason == "escalation",
+                         text=f"{lead}: {', '.join(names)}, please decide.")
+    return True
+
+
 # --- interactions ---------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """A local stand-in for Slack's Web API: a real HTTP server on loopback that answers the methods
-Airlock calls (chat.postMessage, chat.update, chat.postEphemeral, users.info, views.open), records
+Airlock calls (chat.postMessage, chat.update, chat.postEphemeral, users.info, users.lookupByEmail,
+views.open), records
 every call, and signs interaction payloads the way Slack does (v0 HMAC over "v0:<ts>:<body>")."""
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ class FakeSlack:
         if method == "users.info":
             user = self.users.get(args.get("user", ""))
             return {"ok": True, "user": user} if user else {"ok": False, "error": "user_not_found"}
+        if method == "users.lookupByEmail":
+            user = next((u for u in self.users.values() if u["profile"]["email"] == args.get("email")), None)
+            return {"ok": True, "user": user} if user else {"ok": False, "error": "users_not_found"}
         return {"ok": False, "error": "unknown_method"}
 
     def called(self, method: str) -> list[dict]:

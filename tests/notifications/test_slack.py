@@ -208,3 +208,23 @@ def test_an_admin_connects_slack_in_settings_and_the_secrets_are_never_shown(des
     assert other.post("/settings/notifications/", {"form": "slack", "bot_token": TOKEN, "signing_secret": SECRET,
                                                    "channel": "x"}).status_code in (302, 403)
     assert SlackConnection.objects.get(org=org).channel == "approvals"
+
+
+def test_an_escalation_mentions_the_second_group_in_the_messages_thread(desk, org, fake, connection):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from apps.notifications import routing
+
+    manager, outsider_email = add_member(org, "admin"), add_member(org, "approver").user.email
+    fake.add_user("U-BOSS", manager.user.email)
+    routing.set_route(actor=desk.actor, risk="write", channels=["slack"], escalate_after_minutes=30,
+                      escalate_to=[manager.user.email, outsider_email])
+    _, request = held(desk, desk.refund_desk())
+    ApprovalRequest.objects.filter(id=request.id).update(created_at=timezone.now() - timedelta(minutes=31))
+    assert tasks.nudge_approvals.apply().get() == {"reminders": 0, "escalations": 1}
+    assert tasks.nudge_approvals.apply().get() == {"reminders": 0, "escalations": 0}
+    reply = fake.called("chat.postMessage")[-1]
+    assert reply["thread_ts"] == SlackPost.objects.get().ts and reply["reply_broadcast"] is True
+    assert "<@U-BOSS>" in reply["text"] and outsider_email in reply["text"]  # Slack did not know the second
