@@ -173,7 +173,11 @@ def post_approval(*, approval_id: UUID | str, org_id: UUID | str) -> SlackPost |
     channel = channel_for(connection, request)
     answer = client(connection).chat_postMessage(
         channel=channel, text=f"Approval needed: {request.title}", blocks=message_blocks(request, interactive=True))
-    return SlackPost.objects.create(org_id=org_id, approval_id=request.id, channel=answer["channel"], ts=answer["ts"])
+    post = SlackPost.objects.create(org_id=org_id, approval_id=request.id, channel=answer["channel"], ts=answer["ts"])
+    request.refresh_from_db(fields=["status"])
+    if not request.is_pending:  # decided while the post was on its way: the update found no post to change
+        close_post(approval_id=request.id, org_id=org_id)
+    return post
 
 
 def close_post(*, approval_id: UUID | str, org_id: UUID | str) -> bool:
