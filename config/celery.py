@@ -70,6 +70,7 @@ app.conf.update(
         "runs-apply-retention": {"task": "apps.runs.tasks.apply_retention", "schedule": 3600.0},
         "notifications-retry-deliveries": {"task": "apps.notifications.tasks.retry_due_deliveries",
                                            "schedule": 30.0},
+        "notifications-nudge-approvals": {"task": "apps.notifications.tasks.nudge_approvals", "schedule": 60.0},
     },
 )
 # Celery's Django fixup closes every database connection after each task, so each task opened a new

@@ -52,6 +52,8 @@ AIRLOCK_EGRESS_ALLOW_PRIVATE = env_bool("AIRLOCK_EGRESS_ALLOW_PRIVATE", default=
 # addresses or CIDRs, comma-separated, e.g. "ollama.internal,10.0.5.0/24" (apps/registry/egress.py).
 AIRLOCK_EGRESS_ALLOW = env_list("AIRLOCK_EGRESS_ALLOW")
 AIRLOCK_BASE_URL = os.environ.get("AIRLOCK_BASE_URL", "http://127.0.0.1:8000")
+# Slack's Web API (tests point it at a fake on loopback); every call passes the egress guard.
+AIRLOCK_SLACK_API_URL = os.environ.get("AIRLOCK_SLACK_API_URL", "https://slack.com/api/")
 # The MCP gateway (`uvicorn config.gateway:app`): its public endpoint URL (shown on the keys page),
 # extra allowed browser origins (hosts come from ALLOWED_HOSTS), request body limit, registry poll.
 AIRLOCK_GATEWAY_URL = os.environ.get("AIRLOCK_GATEWAY_URL", "http://127.0.0.1:8001/mcp")
@@ -299,7 +301,46 @@ MFA_RECOVERY_CODE_COUNT = 10
 MFA_TOTP_TOLERANCE = 1  # a phone's clock a step (30 s) off still works; a used code never does again
 MFA_ALLOW_UNVERIFIED_EMAIL = True  # accounts are made by admins and invites; the email is the account's name
 
-EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+
+def email_settings(environ: os._Environ | dict[str, str]) -> dict[str, object]:
+    """Django's EMAIL_* settings from `EMAIL_URL` (smtp://user:pass@host:port, smtps:// for implicit
+    TLS, smtp+tls:// for STARTTLS; user and password percent-encoded) or the separate EMAIL_HOST,
+    EMAIL_PORT, EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS, EMAIL_USE_SSL. With neither,
+    the console backend (mail printed to the log), so a laptop sends nothing by accident."""
+    from urllib.parse import unquote, urlsplit
+
+    def flag(name: str) -> bool:
+        return (environ.get(name) or "").strip().lower() in {"1", "true", "yes", "on"}
+
+    url = (environ.get("EMAIL_URL") or "").strip()
+    values: dict[str, object] = {"EMAIL_TIMEOUT": int(environ.get("EMAIL_TIMEOUT") or 10)}
+    if url:
+        parts = urlsplit(url)
+        scheme = parts.scheme.lower()
+        if scheme not in {"smtp", "smtps", "smtp+tls", "smtp+ssl"}:
+            raise RuntimeError(f"EMAIL_URL must start with smtp://, smtps:// or smtp+tls://, not {scheme}://.")
+        ssl = scheme in {"smtps", "smtp+ssl"}
+        tls = scheme == "smtp+tls"
+        values.update(EMAIL_HOST=parts.hostname or "localhost", EMAIL_PORT=parts.port or (465 if ssl else 587 if tls
+                                                                                          else 25),
+                      EMAIL_HOST_USER=unquote(parts.username or ""), EMAIL_HOST_PASSWORD=unquote(parts.password or ""),
+                      EMAIL_USE_SSL=ssl, EMAIL_USE_TLS=tls)
+    elif environ.get("EMAIL_HOST"):
+        ssl, tls = flag("EMAIL_USE_SSL"), flag("EMAIL_USE_TLS")
+        if ssl and tls:
+            raise RuntimeError("Set EMAIL_USE_TLS (STARTTLS) or EMAIL_USE_SSL (implicit TLS), not both.")
+        values.update(EMAIL_HOST=environ["EMAIL_HOST"], EMAIL_PORT=int(environ.get("EMAIL_PORT") or
+                                                                       (465 if ssl else 587 if tls else 25)),
+                      EMAIL_HOST_USER=environ.get("EMAIL_HOST_USER", ""),
+                      EMAIL_HOST_PASSWORD=environ.get("EMAIL_HOST_PASSWORD", ""), EMAIL_USE_SSL=ssl, EMAIL_USE_TLS=tls)
+    else:
+        values["EMAIL_BACKEND"] = environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+        return values
+    values["EMAIL_BACKEND"] = environ.get("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+    return values
+
+
+globals().update(email_settings(os.environ))
 DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "airlock@localhost")
 
 # --- i18n, static ---------------------------------------------------------------------------

@@ -23,11 +23,13 @@ class ApprovalStatus(models.TextChoices):
     APPROVED = "approved", "Approved"
     REJECTED = "rejected", "Rejected"
     EXPIRED = "expired", "Expired"
+    ANSWERED = "answered", "Answered by a person"  # not run: the person's text is the call's result
 
 
 class VoteDecision(models.TextChoices):
     APPROVE = "approve", "Approve"
     REJECT = "reject", "Reject"
+    RESPOND = "respond", "Answer instead"  # the comment goes back to the agent as the call's result
 
 
 class ApprovalRequest(TenantModel):

@@ -88,9 +88,12 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
         # Votes count people: an actor that is no one (the system, an operator script) cannot be one.
         raise PermissionDenied("Only a member can vote on an approval request.")
     if decision not in VoteDecision.values:
-        raise ValidationFailed("Choose approve or reject.", {"decision": "Choose approve or reject."})
+        raise ValidationFailed("Choose approve, reject or answer.", {"decision": "Choose approve, reject or answer."})
     if request.status != ApprovalStatus.PENDING:
         raise Conflict(already_decided(request))
+    if decision == VoteDecision.RESPOND and (request.kind != ApprovalKind.TOOL_CALL or not comment.strip()):
+        raise ValidationFailed("Write the answer the agent should get instead of the call.",
+                               {"comment": "Write the answer the agent should get instead of the call."})
     if decision == VoteDecision.APPROVE:
         refusal = selectors.starter_refusal(request, user_id=actor.user_id)
         if refusal:
@@ -119,8 +122,10 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
     if arguments is not None:
         request.approved_arguments, request.approved_args_hash = arguments, approved_args_hash
         fields += ["approved_arguments", "approved_args_hash"]
-    if decision == VoteDecision.REJECT or approvals >= request.required_approvals:
-        request.status = ApprovalStatus.APPROVED if decision == VoteDecision.APPROVE else ApprovalStatus.REJECTED
+    # Any rejection or answer decides at once (an answer means the call does not run, like a rejection).
+    if decision != VoteDecision.APPROVE or approvals >= request.required_approvals:
+        request.status = {VoteDecision.APPROVE: ApprovalStatus.APPROVED, VoteDecision.REJECT: ApprovalStatus.REJECTED,
+                          VoteDecision.RESPOND: ApprovalStatus.ANSWERED}[decision]
         if request.status == ApprovalStatus.APPROVED and request.approved_arguments is None:
             request.approved_arguments, request.approved_args_hash = request.arguments, request.args_hash
             fields += ["approved_arguments", "approved_args_hash"]
@@ -199,7 +204,7 @@ def decide_definition_change(*, actor: Actor, approval_id: UUID | str, decision:
     from apps.registry import services as registry
 
     actor.require("servers.manage")
-    if decision not in VoteDecision.values:
+    if decision not in (VoteDecision.APPROVE, VoteDecision.REJECT):
         raise ValidationFailed("Choose approve or reject.", {"decision": "Choose approve or reject."})
     with transaction.atomic():
         request = ApprovalRequest.objects.select_for_update().filter(

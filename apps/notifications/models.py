@@ -79,3 +79,80 @@ class EmailPreference(TenantModel):
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["org"], name="email_preference_org")]
+
+
+class ApprovalLink(TenantModel):
+    """One recipient's link in one approval email: a random token (only its SHA-256 is stored) that
+    names the member, the request and the arguments it was mailed with; used once, dead when the
+    request is decided or expires. `approval_id` is a UUID: approvals sits above notifications."""
+
+    approval_id = models.UUIDField()
+    membership = models.ForeignKey("accounts.Membership", on_delete=models.CASCADE, related_name="+")
+    token_hash = models.CharField(max_length=64, unique=True)
+    args_hash = models.CharField(max_length=64, blank=True)  # of the arguments the mail showed
+    expires_at = models.DateTimeField(null=True, blank=True)  # the request's
+    used_at = models.DateTimeField(null=True, blank=True)
+    used_for = models.CharField(max_length=10, blank=True)  # approve / reject / respond
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["approval_id", "membership"], name="approval_link_once")]
+        ordering = ["-created_at"]
+
+
+class SlackConnection(TenantModel):
+    """An org's Slack app: bot token and signing secret (encrypted, write-only) and where held calls go:
+    `crew_channels` {crew id: channel} first, then `risk_channels` {risk: channel}, then `channel`."""
+
+    credentials = EncryptedJSONField()  # {"bot_token": "xoxb-...", "signing_secret": "..."}
+    channel = models.CharField(max_length=100)  # a channel id (C0123...) or name
+    risk_channels = models.JSONField(default=dict, blank=True)
+    crew_channels = models.JSONField(default=dict, blank=True)
+    enabled = models.BooleanField(default=True)
+    created_by_label = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["org"], name="slack_connection_org")]
+
+
+class SlackPost(TenantModel):
+    """The interactive message of one approval request: where it is, to update it once decided."""
+
+    approval_id = models.UUIDField()
+    channel = models.CharField(max_length=100)
+    ts = models.CharField(max_length=40)
+    closed_at = models.DateTimeField(null=True, blank=True)  # updated to show the decision
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["approval_id"], name="slack_post_once")]
+
+
+class ApprovalRoute(TenantModel):
+    """Who is asked about a held call, and where: for one crew and/or one risk (empty: any). The most
+    specific route wins (crew and risk, then crew, then risk). `people` are member emails (empty: every
+    owner, admin and approver); `channels` ("email", "slack"); a reminder to those who have not voted
+    `remind_before_minutes` before the request expires; `escalate_to` (member emails) asked too once the
+    request has waited `escalate_after_minutes`. Who may decide does not change: any approver still can."""
+
+    crew_id = models.UUIDField(null=True, blank=True)
+    risk = models.CharField(max_length=10, blank=True)
+    people = models.JSONField(default=list, blank=True)
+    channels = models.JSONField(default=list, blank=True)
+    remind_before_minutes = models.PositiveIntegerField(null=True, blank=True)
+    escalate_after_minutes = models.PositiveIntegerField(null=True, blank=True)
+    escalate_to = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        # One route per (crew, risk): kept by `routing.set_route`, which updates the existing row (a unique
+        # constraint would need NULLS NOT DISTINCT, which SQLite, the embedded mode, does not have).
+        indexes = [models.Index(fields=["org", "crew_id", "risk"], name="approval_route_key")]
+
+
+class ApprovalNudge(TenantModel):
+    """A reminder or an escalation that was sent for a request: the row is the claim, so beat sends each once."""
+
+    approval_id = models.UUIDField()
+    kind = models.CharField(max_length=10)  # reminder / escalation
+    recipients = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["approval_id", "kind"], name="approval_nudge_once")]

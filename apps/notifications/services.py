@@ -42,6 +42,7 @@ from apps.notifications.models import (
     DeliveryStatus,
     EmailPreference,
     Notification,
+    SlackConnection,
     Webhook,
     WebhookDelivery,
 )
@@ -52,6 +53,7 @@ MAX_ATTEMPTS = 6
 CLAIM_S = 60  # an attempt in flight holds the row this long (a dead worker's attempt is retried)
 TIMEOUT_S = 10
 APPROVER_ROLES = ("owner", "admin", "approver")
+SLACK_EVENTS = ("approval.requested", "approval.decided")
 
 
 # --- notify ---------------------------------------------------------------------------------------
@@ -68,6 +70,16 @@ def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any]) -> Notifi
 
     hooks = [h for h in Webhook.objects.filter(org_id=org_id, enabled=True) if h.wants(event)]
     emails = _email_recipients(org_id, event)
+    slack = (event in SLACK_EVENTS and payload.get("kind") == "tool_call"
+             and SlackConnection.objects.filter(org_id=org_id, enabled=True).exists())
+    if event == "approval.requested":
+        from apps.notifications.routing import audience
+
+        if (routed := audience(org_id, payload)) is not None:  # the crew's or the risk's route decides
+            emails, slack = routed.emails, slack and routed.slack
+    if slack:  # posts the held call, or updates its message once decided (apps.notifications.slack)
+        approval_id = str(payload["approval_id"])
+        transaction.on_commit(lambda: _enqueue_slack(org_id, approval_id, event))
     if not hooks and not emails:
         return None
     body = json.loads(json.dumps(redact(payload), cls=DjangoJSONEncoder))
@@ -87,6 +99,13 @@ def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any]) -> Notifi
 
     transaction.on_commit(enqueue)
     return notification
+
+
+def _enqueue_slack(org_id: UUID | str, approval_id: str, event: str) -> None:
+    from apps.notifications import tasks
+
+    task = tasks.post_to_slack if event == "approval.requested" else tasks.update_slack
+    task.delay(str(org_id), approval_id)
 
 
 def _email_recipients(org_id: UUID | str, event: str) -> list[str]:
@@ -267,6 +286,10 @@ def send_email(*, notification_id: UUID | str) -> bool:
     notification = Notification.objects.get(id=notification_id)
     if not notification.email_to:
         return False
+    if notification.event == "approval.requested" and notification.payload.get("kind") == "tool_call":
+        from apps.notifications.approval_links import send_approval_emails
+
+        return send_approval_emails(notification=notification) > 0  # each approver's own links
     label = EVENTS.get(notification.event, notification.event)
     lines = [f"{label}.", ""] + [f"{k}: {v}" for k, v in sorted(notification.payload.items())
                                  if isinstance(v, str | int | float) and k not in ("arguments",)]

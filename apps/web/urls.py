@@ -4,6 +4,7 @@ from django.urls import path, reverse_lazy
 from apps.web import metrics
 from apps.web.views import (
     agents,
+    approval_links,
     audit,
     auth,
     catalog,
@@ -18,6 +19,7 @@ from apps.web.views import (
     replay,
     runs,
     servers,
+    slack,
     sso,
     system,
     tokens,
@@ -115,6 +117,9 @@ urlpatterns = [
     path("agents/<uuid:agent_id>/try/", replay.agent_try, name="agent_try"),
     path("tool-calls/<uuid:tool_call_id>/resolve/", runs.tool_call_resolve, name="tool_call_resolve"),
     path("inbox/", inbox.inbox, name="inbox"),
+    path("approvals/email/<str:token>/", approval_links.approval_link, name="approval_link"),
+    path("integrations/slack/<uuid:connection_id>/interactions/", slack.slack_interactions,
+         name="slack_interactions"),
     path("inbox/<uuid:approval_id>/decide/", inbox.inbox_decide, name="inbox_decide"),
     path("inbox/batch/", triage_pages.inbox_batch, name="inbox_batch"),
     path("inbox/standing/", inbox.standing_list, name="standing_approvals"),

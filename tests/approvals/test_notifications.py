@@ -142,7 +142,9 @@ def test_approvers_get_an_email_when_turned_on(desk, org, approver, viewer):
     assert approver.user.email in note.email_to and viewer.user.email not in note.email_to
     assert tasks.send_notification_email.apply(args=[str(note.id)]).get() is True
     assert tasks.send_notification_email.apply(args=[str(note.id)]).get() is False  # once
-    assert len(mail.outbox) == 1 and request.title in mail.outbox[0].body
+    # Each approver (the owner and the approver) gets a mail of their own, with their own decision links.
+    assert sorted(m.to[0] for m in mail.outbox) == sorted(note.email_to) and len(mail.outbox) == 2
+    assert all(request.title in m.body and "/approvals/email/" in m.body for m in mail.outbox)
 
 
 @pytest.mark.django_db

@@ -73,7 +73,7 @@ class StandingIn(Body):
 
 
 class DecisionIn(Body):
-    decision: Literal["approve", "reject"]
+    decision: Literal["approve", "reject", "respond"]  # respond: the comment is the call's result instead
     arguments: dict[str, Any] | None = None
     comment: str = ""
     standing: StandingIn | None = None
@@ -82,7 +82,7 @@ class DecisionIn(Body):
 
 @router.get("", response=list[ApprovalOut])
 @paginate(Pagination)
-def list_approvals(request, status: Literal["pending", "approved", "rejected", "expired"] | None = None,
+def list_approvals(request, status: Literal["pending", "approved", "rejected", "expired", "answered"] | None = None,
                    crew: UUID | None = None, agent: UUID | None = None, server: UUID | None = None,
                    risk: Literal["read", "write", "dangerous"] | None = None,
                    kind: Literal["tool_call", "definition_change"] | None = None):

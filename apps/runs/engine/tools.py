@@ -175,6 +175,9 @@ def schema_problem(tool: dict[str, Any] | None, arguments: dict[str, Any]) -> st
     return arguments_problem(_validators[key], arguments)
 
 
+PERSON_ANSWERED = "answered"  # error_class of a held call a person answered instead of approving
+
+
 def follow_approval(store: Any, *, row: Any, write_approval: bool = True) -> Decided | None:
     """A decided approval moves a held row to approved (with the approved arguments) or rejected/expired.
 
@@ -200,6 +203,14 @@ def follow_approval(store: Any, *, row: Any, write_approval: bool = True) -> Dec
                        event="approval.applied", event_data=event_data)
         return None
     comment = request.comment.strip()
+    if request.status == "answered":  # not run: the person's words are the call's result
+        by = request.decided_by_label
+        store.set_call(row, expect=CallState.HELD, state=CallState.REJECTED, error_class=PERSON_ANSWERED,
+                       reason=f"A person ({by}) answered instead of running this call.",
+                       result={"person": by, "text": comment},
+                       event="tool.decided", event_data={"decision": "answered", "state": CallState.REJECTED,
+                                                         "by": by, "answer": comment})
+        return None
     reason = (f"A person ({request.decided_by_label}) rejected this call" + (f": {comment}" if comment else ".")
               if request.status == "rejected" else "Nobody approved this call in time; it expired (rejected).")
     state = CallState.REJECTED if request.status == "rejected" else CallState.EXPIRED
@@ -394,6 +405,9 @@ def _outcome(row: Any) -> str:
 
 
 def answer_text(row: Any) -> str:
+    if row.error_class == PERSON_ANSWERED and row.result is not None:
+        return (f"NOT RUN. A person ({row.result.get('person', '')}) answered instead of the tool; these are their "
+                f"words, not the tool's:\n{row.result.get('text', '')}")
     if row.state in (CallState.DENIED, CallState.REJECTED, CallState.EXPIRED):
         return f"DENIED: {row.reason}"
     if row.result is not None:

@@ -243,6 +243,8 @@ def _outcome_text(item: ApprovalRequest, decision: str, *, edited: bool) -> str:
                 else "Rejected: the tool stays quarantined.")
     if item.status == "approved":
         return "Approved with your edits: the run resumes." if edited else "Approved: the run resumes."
+    if item.status == "answered":
+        return "Answered: the call does not run; the agent gets your words as its result and the run resumes."
     return "Rejected: the run resumes and the agent is told why."
 
 

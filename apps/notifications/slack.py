@@ -1,0 +1,315 @@
+"""Slack approvals: an org's Slack app posts each held call as an interactive message (Approve /
+Reject / Answer instead), Slack's interactions decide it as the member the Slack user is, and the
+message is updated for everyone once the request is decided, here or anywhere else.
+
+The Web API is `slack_sdk.WebClient`, pointed at AIRLOCK_SLACK_API_URL (tests: a fake on loopback);
+its host passes the egress guard before every call. An interaction is trusted only with a valid
+Slack signature on a timestamp inside Slack's five-minute window
+(`slack_sdk.signature.SignatureVerifier`), and its user only through the email Slack says is
+verified (users.info), matched to a member who may decide approvals. Runs sit above notifications:
+`handle_interaction` imports runs' decide service lazily.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+from slack_sdk.signature import SignatureVerifier
+
+from apps.accounts.actors import Actor
+from apps.audit import services as audit
+from apps.core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
+from apps.notifications.models import SlackConnection, SlackPost
+
+RISKS = ("read", "write", "dangerous")
+ACTIONS = {"airlock_approve": "approve", "airlock_reject": "reject", "airlock_respond": "respond"}
+ARGUMENTS_SHOWN = 2800  # Slack's section text limit is 3000 characters
+
+
+# --- the connection (Settings) --------------------------------------------------------------------
+
+def connect(*, actor: Actor, bot_token: str = "", signing_secret: str = "", channel: str,
+            risk_channels: dict[str, str] | None = None,
+            crew_channels: dict[str, str] | None = None) -> SlackConnection:
+    """Creates or updates the org's Slack connection. An empty token or secret keeps the stored one
+    (they are write-only). Raises ValidationFailed with field errors."""
+    actor.require("members.manage")
+    existing = SlackConnection.objects.filter(org_id=actor.org_id).first()
+    stored = existing.credentials if existing else {}
+    bot_token, signing_secret = (bot_token or "").strip(), (signing_secret or "").strip()
+    credentials = {"bot_token": bot_token or stored.get("bot_token", ""),
+                   "signing_secret": signing_secret or stored.get("signing_secret", "")}
+    errors = {}
+    if not credentials["bot_token"].startswith("xoxb-"):
+        errors["bot_token"] = "Paste the app's bot token (it starts with xoxb-)."
+    if len(credentials["signing_secret"]) < 16:
+        errors["signing_secret"] = "Paste the app's signing secret (Basic Information → App Credentials)."
+    channel = (channel or "").strip().lstrip("#")
+    if not channel:
+        errors["channel"] = "Choose the channel held calls are posted to."
+    risk_channels = {k: v.strip().lstrip("#") for k, v in (risk_channels or {}).items() if v and v.strip()}
+    if unknown := sorted(set(risk_channels) - set(RISKS)):
+        errors["risk_channels"] = f"Unknown risks: {', '.join(unknown)}."
+    crew_channels = {str(k): v.strip().lstrip("#") for k, v in (crew_channels or {}).items() if v and v.strip()}
+    if crew_channels:
+        from apps.crews.models import Crew
+
+        known = {str(i) for i in Crew.objects.filter(org_id=actor.org_id).values_list("id", flat=True)}
+        if set(crew_channels) - known:
+            errors["crew_channels"] = "Some of these crews are not this organisation's."
+    if errors:
+        raise ValidationFailed("The Slack connection could not be saved.", errors)
+    values = {"credentials": credentials, "channel": channel[:100], "risk_channels": risk_channels,
+              "crew_channels": crew_channels, "enabled": True}
+    with transaction.atomic():
+        if existing is None:
+            connection = SlackConnection.objects.create(org_id=actor.org_id, created_by_label=actor.label, **values)
+        else:
+            for key, value in values.items():
+                setattr(existing, key, value)
+            existing.save(update_fields=[*values, "updated_at"])
+            connection = existing
+        audit.record(org_id=actor.org_id, actor=actor, action="slack.connected", target=connection,
+                     target_label="Slack", data={"channel": connection.channel, "risk_channels": risk_channels,
+                                                 "crew_channels": crew_channels,
+                                                 "token_changed": bool(bot_token),
+                                                 "secret_changed": bool(signing_secret)})
+    return connection
+
+
+def disconnect(*, actor: Actor) -> None:
+    actor.require("members.manage")
+    with transaction.atomic():
+        connection = SlackConnection.objects.filter(org_id=actor.org_id).first()
+        if connection is None:
+            raise NotFound("Slack is not connected.")
+        audit.record(org_id=actor.org_id, actor=actor, action="slack.disconnected", target=connection,
+                     target_label="Slack")
+        connection.delete()
+
+
+def connection_of(org_id: UUID | str) -> SlackConnection | None:
+    return SlackConnection.objects.filter(org_id=org_id, enabled=True).first()
+
+
+def client(connection: SlackConnection) -> WebClient:
+    """A Web API client for the connection; the API's host is checked by the egress guard first."""
+    from apps.registry.egress import check_url
+
+    base_url = settings.AIRLOCK_SLACK_API_URL
+    check_url(base_url)
+    return WebClient(token=connection.credentials["bot_token"], base_url=base_url, timeout=10)
+
+
+# --- posting and updating -------------------------------------------------------------------------
+
+def channel_for(connection: SlackConnection, request: Any) -> str:
+    crew_id = ""
+    if request.run_id:
+        from apps.runs.models import Run
+
+        crew_id = str(Run.objects.filter(org_id=request.org_id, id=request.run_id)
+                      .values_list("crew_id", flat=True).first() or "")
+    return (connection.crew_channels.get(crew_id) or connection.risk_channels.get(request.risk)
+            or connection.channel)
+
+
+def _request(org_id: UUID | str, approval_id: UUID | str) -> Any:
+    from apps.approvals.models import ApprovalRequest
+
+    return (ApprovalRequest.objects.select_related("tool", "agent", "requested_by_user")
+            .filter(org_id=org_id, id=approval_id).first())
+
+
+def message_blocks(request: Any, *, interactive: bool) -> list[dict[str, Any]]:
+    """Tool, risk, why it waits, arguments, who asked; the buttons while it is pending, else who decided."""
+    from apps.audit.redaction import redact
+
+    tool = request.tool.qualified_name if request.tool_id and request.tool else request.title
+    asked = request.requested_by_user.email if request.requested_by_user_id else "a schedule or trigger"
+    agent = request.agent.name if request.agent_id and request.agent else "an agent"
+    arguments = json.dumps(redact(request.arguments), indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    blocks = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*{tool}* · risk *{request.risk}*\n"
+                                                               f"{agent} asks, in a run started by {asked}."}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"*Why it waits:* {request.reason}"}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"```{arguments[:ARGUMENTS_SHOWN]}```"}},
+    ]
+    if interactive:
+        value = str(request.id)
+        blocks.append({"type": "actions", "block_id": "airlock_decision", "elements": [
+            {"type": "button", "action_id": "airlock_approve", "style": "primary", "value": value,
+             "text": {"type": "plain_text", "text": "Approve"}},
+            {"type": "button", "action_id": "airlock_reject", "style": "danger", "value": value,
+             "text": {"type": "plain_text", "text": "Reject"}},
+            {"type": "button", "action_id": "airlock_respond", "value": value,
+             "text": {"type": "plain_text", "text": "Answer instead"}}]})
+    else:
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": decided_text(request)}]})
+    return blocks
+
+
+def decided_text(request: Any) -> str:
+    from apps.approvals.services import already_decided
+
+    text = already_decided(request).replace("This request was already", "This request was")
+    return text + (f" “{request.comment}”" if request.comment else "")
+
+
+def post_approval(*, approval_id: UUID | str, org_id: UUID | str) -> SlackPost | None:
+    """Posts a pending request to its channel once (claimed by the unique approval id). Returns the post."""
+    connection, request = connection_of(org_id), _request(org_id, approval_id)
+    if connection is None or request is None or not request.is_pending or \
+            SlackPost.objects.filter(approval_id=request.id).exists():
+        return None
+    channel = channel_for(connection, request)
+    answer = client(connection).chat_postMessage(
+        channel=channel, text=f"Approval needed: {request.title}", blocks=message_blocks(request, interactive=True))
+    post = SlackPost.objects.create(org_id=org_id, approval_id=request.id, channel=answer["channel"], ts=answer["ts"])
+    request.refresh_from_db(fields=["status"])
+    if not request.is_pending:  # decided while the post was on its way: the update found no post to change
+        close_post(approval_id=request.id, org_id=org_id)
+    return post
+
+
+def close_post(*, approval_id: UUID | str, org_id: UUID | str) -> bool:
+    """Replaces the buttons of a decided request's message with who decided and when, for everyone."""
+    connection, request = connection_of(org_id), _request(org_id, approval_id)
+    post = SlackPost.objects.filter(org_id=org_id, approval_id=approval_id, closed_at__isnull=True).first()
+    if connection is None or request is None or post is None or request.is_pending:
+        return False
+    client(connection).chat_update(channel=post.channel, ts=post.ts, text=decided_text(request),
+                                   blocks=message_blocks(request, interactive=False))
+    SlackPost.objects.filter(id=post.id).update(closed_at=timezone.now(), updated_at=timezone.now())
+    return True
+
+
+def nudge_thread(*, request: Any, emails: list[str], reason: str) -> bool:
+    """A reply in the request's Slack thread naming the people asked (a reminder or an escalation),
+    each mentioned when Slack knows their email (users.lookupByEmail). False when there is no post."""
+    connection = connection_of(request.org_id)
+    post = SlackPost.objects.filter(org_id=request.org_id, approval_id=request.id, closed_at__isnull=True).first()
+    if connection is None or post is None:
+        return False
+    api = client(connection)
+    names = []
+    for email in emails:
+        try:
+            names.append(f"<@{api.users_lookupByEmail(email=email)['user']['id']}>")
+        except SlackApiError:
+            names.append(email)
+    lead = {"reminder": "Reminder: this still waits and expires soon", "escalation": "Escalated"}[reason]
+    api.chat_postMessage(channel=post.channel, thread_ts=post.ts, reply_broadcast=reason == "escalation",
+                         text=f"{lead}: {', '.join(names)}, please decide.")
+    return True
+
+
+# --- interactions ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Interaction:
+    """What Slack asked for, already verified: who (as a member actor), which request, which decision."""
+
+    connection: SlackConnection
+    actor: Actor
+    approval_id: str
+    decision: str
+    comment: str
+
+
+def verify(connection: SlackConnection, *, body: bytes, headers: dict[str, str]) -> bool:
+    """Slack's v0 signature over the raw body, on a timestamp at most five minutes old."""
+    verifier = SignatureVerifier(signing_secret=connection.credentials["signing_secret"])
+    try:
+        return verifier.is_valid_request(body, headers)
+    except (ValueError, UnicodeDecodeError):  # a timestamp that is no number, a body that is no text
+        return False
+
+
+def member_for(connection: SlackConnection, slack_user_id: str) -> Actor:
+    """The member this Slack user is, by the email Slack has verified. Raises PermissionDenied."""
+    from apps.accounts.models import Membership
+
+    try:
+        user = client(connection).users_info(user=slack_user_id)["user"]
+    except SlackApiError as exc:
+        raise PermissionDenied(f"Slack did not say who you are ({exc.response.get('error')}).") from None
+    email = (user.get("profile") or {}).get("email", "")
+    if not email or not user.get("is_email_confirmed"):
+        raise PermissionDenied("Your Slack account has no verified email, so Airlock cannot tell who you are.")
+    membership = (Membership.objects.select_related("user")
+                  .filter(org_id=connection.org_id, user__email__iexact=email).first())
+    if membership is None:
+        raise PermissionDenied(f"{email} is not a member of this Airlock organisation.")
+    actor = Actor(org_id=connection.org_id, role=membership.role, label=f"{membership.user.email} (Slack)",
+                  user_id=membership.user_id)
+    if not actor.can("approvals.decide"):
+        raise PermissionDenied(f"Your role ({membership.role}) does not allow deciding approvals.")
+    return actor
+
+
+def open_answer_form(connection: SlackConnection, *, trigger_id: str, approval_id: str) -> None:
+    """A modal asking for the answer the agent gets instead of the call."""
+    client(connection).views_open(trigger_id=trigger_id, view={
+        "type": "modal", "callback_id": "airlock_respond", "private_metadata": approval_id,
+        "title": {"type": "plain_text", "text": "Answer instead"},
+        "submit": {"type": "plain_text", "text": "Send to the agent"},
+        "blocks": [{"type": "input", "block_id": "answer", "label": {"type": "plain_text", "text": "Your answer"},
+                    "element": {"type": "plain_text_input", "action_id": "answer", "multiline": True}}]})
+
+
+def handle_interaction(*, connection_id: UUID | str, body: bytes, headers: dict[str, str],
+                       payload: dict[str, Any]) -> dict[str, Any] | None:
+    """One verified interaction: a button (approve / reject; answer opens the form) or the answer
+    form's submission. Decides through runs' decide_approval as the member. Returns the JSON for
+    Slack's HTTP answer (None: an empty 200). Raises PermissionDenied for a bad signature or
+    timestamp, and for a person who may not decide; Conflict when the request was decided."""
+    from apps.runs.services import decide_approval
+
+    connection = SlackConnection.objects.filter(id=connection_id, enabled=True).first()
+    if connection is None or not verify(connection, body=body, headers=headers):
+        raise PermissionDenied("The request's Slack signature or timestamp is not valid.")
+    kind = payload.get("type")
+    user_id = (payload.get("user") or {}).get("id", "")
+    if kind == "block_actions":
+        action = (payload.get("actions") or [{}])[0]
+        decision, approval_id, comment = ACTIONS.get(action.get("action_id", "")), action.get("value", ""), ""
+        if decision is None:
+            return None
+    elif kind == "view_submission" and (payload.get("view") or {}).get("callback_id") == "airlock_respond":
+        view = payload["view"]
+        approval_id, decision = view.get("private_metadata", ""), "respond"
+        values = ((view.get("state") or {}).get("values") or {}).get("answer") or {}
+        comment = ((values.get("answer") or {}).get("value") or "").strip()
+        if not comment:
+            return {"response_action": "errors", "errors": {"answer": "Write the answer the agent should get."}}
+    else:
+        return None
+    try:
+        actor = member_for(connection, user_id)
+        if kind == "block_actions" and decision == "respond":
+            open_answer_form(connection, trigger_id=payload.get("trigger_id", ""), approval_id=approval_id)
+            return None
+        decide_approval(actor=actor, approval_id=approval_id, decision=decision, comment=comment)
+    except (Conflict, PermissionDenied, ValidationFailed, NotFound) as exc:
+        # Slack shows nothing of an HTTP error: the person is told why in the channel, only they see it.
+        if kind == "view_submission":
+            return {"response_action": "errors", "errors": {"answer": exc.message}}
+        tell(connection, payload, exc.message)
+    return None
+
+
+def tell(connection: SlackConnection, payload: dict[str, Any], text: str) -> None:
+    """A message only the person who clicked sees (why their click did nothing)."""
+    channel = (payload.get("channel") or {}).get("id") or (payload.get("container") or {}).get("channel_id")
+    user = (payload.get("user") or {}).get("id")
+    if channel and user:
+        client(connection).chat_postEphemeral(channel=channel, user=user, text=text)
