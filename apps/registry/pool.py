@@ -291,7 +291,8 @@ def call_spec(server_id: UUID | str, *, org_id: UUID | str | None = None,
     return current_spec(server)
 
 
-LIVE_SERVER_FIELDS = ("id", "org_id", "name", "trust_tier", "enabled", "updated_at", "trusted_output")
+LIVE_SERVER_FIELDS = ("id", "org_id", "name", "trust_tier", "enabled", "updated_at", "trusted_output",
+                      "allow_elicitation", "allow_sampling", "hold_sampling")
 _specs: dict[str, tuple[Any, ServerSpec]] = {}  # server id -> (its updated_at, its spec)
 
 

@@ -22,9 +22,11 @@ from pydantic_ai.messages import ModelRequest, ToolReturnPart
 from apps.agents.policy import decide
 from apps.agents.prompts import wrap_tool_output
 from apps.registry.arguments import copied_from, url_problem
+from apps.registry.builtin import is_builtin
 from apps.registry.pool import PendingCall, ToolCallFailed, ToolCallTimeout, call_spec, call_tool, pool
 from apps.registry.scanner import scan_text
 from apps.registry.schemas import arguments_problem, input_validator
+from apps.runs.engine import asking
 from apps.runs.engine.errors import LeaseLost, StopRun, backoff_delay
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.limits import REPEAT_LIMIT
@@ -132,6 +134,10 @@ def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> Decide
         store.event("tool.finding", tool_call_id=str(row.id), tool=row.qualified_name, findings=[
             {"code": "copied_from_untrusted", "severity": "medium",
              "message": f"Arguments copied from the untrusted content this run read: {', '.join(copied)}."}])
+    if is_builtin(tool):  # human.ask: a person answers, whether the policy allowed or held it
+        asking.ask_person(store, row=row, turn=turn, tool=tool, reason=f"Waiting for a person's answer. "
+                                                                        f"{decision.reason}")
+        return
     if decision.decision == "hold":
         reason = decision.reason + (f" These arguments carry text copied from that content: {', '.join(copied)}."
                                     if copied else "")
@@ -182,6 +188,9 @@ def follow_approval(store: Any, *, row: Any, write_approval: bool = True) -> Dec
     arguments set on the row in memory, for `dispatch` to write with `dispatched`."""
     request = store.approval(row)
     if request is None or request.status == "pending":
+        return None
+    if request.kind == "question":
+        asking.follow_question(store, row=row, request=request)
         return None
     if request.status == "approved":
         approved = request.approved_arguments if request.approved_arguments is not None else request.arguments
@@ -397,6 +406,8 @@ def answer_text(row: Any) -> str:
     if row.state in (CallState.DENIED, CallState.REJECTED, CallState.EXPIRED):
         return f"DENIED: {row.reason}"
     if row.result is not None:
+        if (answered := asking.answer_text(row)) is not None:
+            return answered
         text = row.result.get("text", "")
         prefix = "ERROR from the tool:\n" if row.result.get("is_error") else ""
         return prefix + wrap_tool_output(tool=row.qualified_name, text=text)
