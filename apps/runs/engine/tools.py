@@ -26,7 +26,7 @@ from apps.registry.builtin import is_builtin
 from apps.registry.pool import PendingCall, ToolCallFailed, ToolCallTimeout, call_spec, call_tool, pool
 from apps.registry.scanner import scan_text
 from apps.registry.schemas import arguments_problem, input_validator
-from apps.runs.engine import asking
+from apps.runs.engine import asking, server_requests
 from apps.runs.engine.errors import LeaseLost, StopRun, backoff_delay
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.limits import REPEAT_LIMIT
@@ -286,6 +286,8 @@ def early_read(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: 
     if tool is None or tool.get("risk") != "read":
         return None
     live = store.live_tool(row.qualified_name)
+    if live is not None and server_requests.may_ask(live.server):  # its call needs a session of its own
+        return None
     try:
         spec = call_spec(tool["server_id"], org_id=store.run.org_id, server=live.server if live is not None else None)
     except Exception:
@@ -300,7 +302,7 @@ def _dispatched(store: Any, *, agent: dict[str, Any], tool: dict[str, Any] | Non
     audit row (committed before the next model call: apps.runs.engine.loop)."""
     if early is None or early.pending is None:
         store.renew_lease()
-    outcome = _call(store, tool=tool, row=row, arguments=arguments,
+    outcome = _call(store, tool=tool, row=row, arguments=arguments, agent=agent,
                     pending=early.pending if early is not None else None)
     # Each transition below fails only when the row left `dispatched` meanwhile: this worker's lease ran
     # out during the call and another one took the run over (and made the row `unknown`). A deferred
@@ -351,7 +353,7 @@ def taint_by(store: Any, *, tool: dict[str, Any] | None, row: Any, flagged: bool
 
 
 def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any],
-          pending: PendingCall | None = None):
+          agent: dict[str, Any] | None = None, pending: PendingCall | None = None):
     """(result, "") or (None, error); None when a non-read call timed out (outcome unknown). `pending`: the
     first attempt, already sent (`EarlyRead`)."""
     if tool is None:
@@ -362,6 +364,9 @@ def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[
             if pending is not None and attempt == 1:
                 return pending.result(), ""
             live = store.live_tool(row.qualified_name)
+            if live is not None and agent is not None and server_requests.may_ask(live.server):
+                return server_requests.hosted_call(store, row=row, tool=tool, agent=agent, server=live.server,
+                                                   arguments=arguments), ""
             return call_tool(tool["server_id"], tool["name"], arguments, org_id=store.run.org_id,
                              server=live.server if live is not None else None), ""
         except ToolCallTimeout as exc:
