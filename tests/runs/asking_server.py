@@ -5,6 +5,10 @@ retries (2026-07-28). `python -m tests.runs.asking_server`."""
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+import threading
 from typing import Annotated
 
 from mcp.server import MCPServer
@@ -45,5 +49,30 @@ async def summarise(text: str, summary: Annotated[CreateMessageResult, Resolve(a
     return f"summary: {getattr(summary.content, 'text', summary.content)}"
 
 
+def refuse_discovery() -> None:
+    """`ASKING_ERA=legacy`: answer `server/discover` with "method not found", as a server of the handshake era
+    does, so the client falls back to `initialize` (the SDK's own server would speak either)."""
+    real_in = os.fdopen(os.dup(0), "rb")
+    read_end, write_end = os.pipe()
+    os.dup2(read_end, 0)
+
+    def pump() -> None:
+        with os.fdopen(write_end, "wb") as out:
+            for line in real_in:
+                message = json.loads(line) if line.strip() else {}
+                if isinstance(message, dict) and message.get("method") == "server/discover":
+                    refusal = {"jsonrpc": "2.0", "id": message.get("id"),
+                               "error": {"code": -32601, "message": "Method not found"}}
+                    sys.stdout.buffer.write(json.dumps(refusal).encode() + b"\n")
+                    sys.stdout.buffer.flush()
+                    continue
+                out.write(line)
+                out.flush()
+
+    threading.Thread(target=pump, daemon=True).start()
+
+
 if __name__ == "__main__":
+    if os.environ.get("ASKING_ERA") == "legacy":
+        refuse_discovery()
     mcp.run("stdio")

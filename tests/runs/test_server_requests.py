@@ -27,11 +27,16 @@ SUMMARISE = {"tool": "asking.summarise", "args": {"text": "a very long complaint
 SAY = {"say": "{{result}}\nSTATUS: done\nREASON: ok"}
 
 
-def asking_server(actor, *, tier="internal", **requests):
+ERAS = {"modern": "2026-07-28", "legacy": "2025-11-25"}
+
+
+def asking_server(actor, *, tier="internal", era="modern", **requests):
     server = registry_services.create_server(
         actor=actor, name="asking", transport="stdio", trust_tier=tier, command=sys.executable,
-        args=["-m", "tests.runs.asking_server"], cwd=str(ROOT), sync=False, timeout_s=20)
+        args=["-m", "tests.runs.asking_server"], cwd=str(ROOT), sync=False, timeout_s=20,
+        env={"ASKING_ERA": era})
     registry_services.sync_server(actor=actor, server_id=server.id)
+    assert McpServer.objects.get(id=server.id).protocol_version == ERAS[era]
     if requests:
         registry_services.set_server_requests(actor=actor, server_id=server.id, **requests)
     if tier == "third_party":
@@ -76,8 +81,9 @@ INPUTS = {"order_id": "A-1001", "amount_cents": 5}
 
 
 @pytest.mark.django_db(transaction=True)
-def test_an_elicitation_is_answered_in_the_inbox_while_another_run_finishes(worker, desk, org):
-    asking_server(desk.actor)
+@pytest.mark.parametrize("era", ["modern", "legacy"])
+def test_an_elicitation_is_answered_in_the_inbox_while_another_run_finishes(worker, desk, org, era):
+    asking_server(desk.actor, era=era)
     asking = crew_calling(desk, REFUND)
     reader = desk.agent("Reader", [{"call": [LOOK_UP]}, SAY], [{"tool": "orders.get_order_status", "policy": "auto"}])
     other = desk.sequential("Reads", [("read", reader, "Look up {order_id}.", [])])
@@ -108,9 +114,10 @@ def test_an_elicitation_is_answered_in_the_inbox_while_another_run_finishes(work
     assert RunEvent.objects.filter(run=run, type="elicitation.requested").exists()
 
 
+@pytest.mark.parametrize("era", ["modern", "legacy"])
 @pytest.mark.django_db(transaction=True)
-def test_a_declined_form_reaches_the_server_as_decline(desk, approver):
-    asking_server(desk.actor)
+def test_a_declined_form_reaches_the_server_as_decline(desk, approver, era):
+    asking_server(desk.actor, era=era)
     run = services.start_run(actor=desk.actor, crew_id=crew_calling(desk, REFUND).id, inputs=INPUTS, enqueue=False)
     driver = drive_in_thread(run.id)
     item = wait_for(lambda: ApprovalRequest.objects.filter(run_id=run.id, kind="elicitation").first())
@@ -136,9 +143,10 @@ def test_a_server_not_allowed_to_elicit_is_told_why_and_third_party_ones_start_o
     assert "may not ask people for input" in (call.error + str(call.result)), (call.error, call.result)
 
 
+@pytest.mark.parametrize("era", ["modern", "legacy"])
 @pytest.mark.django_db(transaction=True)
-def test_sampling_runs_the_agents_model_and_counts_to_the_run(desk):
-    asking_server(desk.actor, allow_sampling=True)
+def test_sampling_runs_the_agents_model_and_counts_to_the_run(desk, era):
+    asking_server(desk.actor, allow_sampling=True, era=era)
     run = services.start_run(actor=desk.actor, crew_id=crew_calling(desk, SUMMARISE).id, inputs=INPUTS,
                              enqueue=False)
     run = services.drive_run(run_id=run.id)
