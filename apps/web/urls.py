@@ -101,6 +101,7 @@ urlpatterns = [
     path("tool-calls/<uuid:tool_call_id>/resolve/", runs.tool_call_resolve, name="tool_call_resolve"),
     path("inbox/", inbox.inbox, name="inbox"),
     path("inbox/<uuid:approval_id>/decide/", inbox.inbox_decide, name="inbox_decide"),
+    path("inbox/<uuid:approval_id>/answer/", inbox.inbox_answer, name="inbox_answer"),
     path("inbox/standing/", inbox.standing_list, name="standing_approvals"),
     path("inbox/standing/<uuid:standing_id>/revoke/", inbox.standing_revoke, name="standing_revoke"),
     path("settings/notifications/", notifications.notifications, name="notifications"),
