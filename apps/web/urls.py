@@ -66,6 +66,7 @@ urlpatterns = [
     path("servers/<uuid:server_id>/status/", servers.server_status, name="server_status"),
     path("servers/<uuid:server_id>/sync/", servers.server_sync, name="server_sync"),
     path("servers/<uuid:server_id>/toggle/", servers.server_toggle, name="server_toggle"),
+    path("servers/<uuid:server_id>/requests/", servers.server_requests, name="server_requests"),
     path("servers/<uuid:server_id>/delete/", servers.server_delete, name="server_delete"),
     path("tools/<uuid:tool_id>/", servers.tool, name="tool"),
     path("tools/<uuid:tool_id>/pin/", servers.tool_pin, name="tool_pin"),
