@@ -36,9 +36,13 @@ def api(org, role):
     return Client(headers={"Authorization": f"Bearer {token_for(org, role)}"})
 
 
-def test_a_question_parks_the_run_and_the_answer_returns_as_a_persons_words(desk, org):
+def test_a_question_parks_the_run_and_the_answer_returns_as_a_persons_words(desk, org, owner, client):
     run = start(desk, asking_crew(desk))
     assert run.status == "waiting" and run.lease_owner == ""  # parked: no worker holds it
+    client.force_login(owner.user)
+    waiting = client.get(f"/runs/{run.id}/").content.decode()
+    assert 'data-testid="question"' in waiting and "Refund A-1001: full or half?" in waiting
+    assert 'data-testid="expires"' in waiting and 'data-testid="answer-form"' in waiting
     listed = api(org, "viewer").get("/api/v1/approvals?kind=question&status=pending").json()
     assert listed["count"] == 1
     item = listed["items"][0]
@@ -68,6 +72,8 @@ def test_a_question_parks_the_run_and_the_answer_returns_as_a_persons_words(desk
     call = ToolCall.objects.get(run=run, qualified_name="human.ask")
     assert call.state == "succeeded" and call.dispatched_at is None  # never sent anywhere
     assert call.result["answered_by"] == body["decided_by"] and call.result["answered_at"]
+    trace = client.get(f"/runs/{run.id}/").content.decode()
+    assert 'data-testid="person-answer"' in trace and f"A person's answer: {body['decided_by']}" in trace
     events = {e.type: e.data for e in RunEvent.objects.filter(run=run)}
     assert events["question.asked"]["question"] == "Refund A-1001: full or half?"
     assert events["question.answered"]["by"] == body["decided_by"]
