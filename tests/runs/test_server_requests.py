@@ -50,6 +50,12 @@ def crew_calling(desk, call, *, name="Asks", policy="auto"):
     return desk.sequential(name, [("work", agent, "Work on {order_id}.", [])])
 
 
+def desk_owner(org):
+    from tests.factories import owner_of
+
+    return owner_of(org).user
+
+
 def api(org, role):
     return Client(headers={"Authorization": f"Bearer {token_for(org, role)}"})
 
@@ -112,6 +118,10 @@ def test_an_elicitation_is_answered_in_the_inbox_while_another_run_finishes(work
     assert answered_event["by"] == answered.json()["decided_by"]
     assert answered_event["answer"] == {"action": "accept", "content": {"amount_cents": 300, "reason": "late"}}
     assert RunEvent.objects.filter(run=run, type="elicitation.requested").exists()
+    viewer = Client()
+    viewer.force_login(desk_owner(org))
+    trace = viewer.get(f"/runs/{run.id}/").content.decode()
+    assert 'data-type="elicitation.answered"' in trace and answered.json()["decided_by"] in trace
 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
@@ -145,7 +155,7 @@ def test_a_server_not_allowed_to_elicit_is_told_why_and_third_party_ones_start_o
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 @pytest.mark.django_db(transaction=True)
-def test_sampling_runs_the_agents_model_and_counts_to_the_run(desk, era):
+def test_sampling_runs_the_agents_model_and_counts_to_the_run(desk, era, owner, client):
     asking_server(desk.actor, allow_sampling=True, era=era)
     run = services.start_run(actor=desk.actor, crew_id=crew_calling(desk, SUMMARISE).id, inputs=INPUTS,
                              enqueue=False)
@@ -159,6 +169,9 @@ def test_sampling_runs_the_agents_model_and_counts_to_the_run(desk, era):
     usage = UsageRecord.objects.filter(run_id=run.id)
     assert usage.count() == 3  # two agent turns and the sampling call
     assert run.tokens_in == sum(u.input_tokens for u in usage)
+    client.force_login(owner.user)
+    trace = client.get(f"/runs/{run.id}/").content.decode()
+    assert 'data-type="sampling.completed"' in trace and "Summarise: a very long complaint" in trace
 
 
 @pytest.mark.django_db(transaction=True)
