@@ -39,6 +39,8 @@ def api(org, role):
 def test_a_question_parks_the_run_and_the_answer_returns_as_a_persons_words(desk, org, owner, client):
     run = start(desk, asking_crew(desk))
     assert run.status == "waiting" and run.lease_owner == ""  # parked: no worker holds it
+    waited = RunEvent.objects.filter(run=run, type="run.waiting").last().data
+    assert waited["reason"] == "1 question(s) wait for a person's answer." and waited["approvals"] == 1
     client.force_login(owner.user)
     waiting = client.get(f"/runs/{run.id}/").content.decode()
     assert 'data-testid="question"' in waiting and "Refund A-1001: full or half?" in waiting

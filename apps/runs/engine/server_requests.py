@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
@@ -50,9 +50,9 @@ class RunCallHost:
     server: str
     agent: dict[str, Any]
     crew: dict[str, Any]
-    connection: ConnectionSpec
-    started_by_id: int | None
-    hold_sampling: bool
+    connection: ConnectionSpec = field(repr=False)  # its key is decrypted: never in a repr or a log
+    started_by_id: int | None = None
+    hold_sampling: bool = False
 
     # --- elicitation -------------------------------------------------------------------------------
 
@@ -93,6 +93,11 @@ class RunCallHost:
                 who = ApprovalRequest.objects.filter(id=item.id).values_list("decided_by_label", flat=True).first()
                 return {"error": f"Airlock declined: a person did not allow this sampling request ({status}"
                                  + (f" by {who}" if who else "") + ")."}
+        return self._run_model(request, prompt)
+
+    def _run_model(self, request: dict[str, Any], prompt: dict[str, Any]) -> dict[str, Any]:
+        """The agent's model on the server's prompt, its usage recorded to the run (a usage row, the run's
+        totals) with the prompt and answer in a `sampling.completed` event."""
         started = time.monotonic()
         model_name = self.agent.get("model") or self.connection.provider
         model = build_model(self.connection, model_name=self.agent.get("model") or "", script=[])
