@@ -96,3 +96,9 @@ def test_a_denied_grant_never_asks(desk):
     crew = asking_crew(desk, policy="deny")
     run = start(desk, crew)
     assert not ApprovalRequest.objects.filter(run_id=run.id).exists()
+
+
+def test_human_ask_is_in_every_agents_tool_picker(client, builder):
+    client.force_login(builder.user)
+    page = client.get("/agents/tools/?server=human").content.decode()
+    assert "human.ask" in page
