@@ -183,7 +183,7 @@ class Pool:
                           host: CallHost, *, allow_elicitation: bool, allow_sampling: bool) -> PendingCall:
         """A call on a session of its own, whose elicitation and sampling requests `host` answers (a pooled
         session is shared by every run in the process: a request on it could not be told apart by run).
-        Costs a connect (~1 s for a Python stdio server): used only for servers allowed to ask."""
+        Costs a connect (1-3 s for a Python stdio server): used only for servers allowed to ask."""
         return PendingCall(self._submit(self._hosted_call(spec, tool_name, arguments, timeout, host,
                                                           allow_elicitation, allow_sampling)),
                            spec.timeout_s + timeout + 15)
