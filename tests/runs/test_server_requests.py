@@ -190,6 +190,10 @@ def test_sampling_is_declined_when_off_and_held_for_a_person_when_set(desk, appr
     driver = drive_in_thread(run.id)
     item = wait_for(lambda: ApprovalRequest.objects.filter(run_id=run.id, kind="sampling").first())
     assert item.context["prompt"]["messages"][0]["text"].startswith("Summarise:")
+    client = Client()
+    client.force_login(approver.user)
+    card = client.get("/inbox/").content.decode()
+    assert f'id="approval-{item.id}"' in card and "Edit the arguments" not in card  # approved as asked
     services.decide_approval(actor=member_actor(approver), approval_id=item.id, decision="approve")
     driver.join(60)
     run = Run.objects.get(id=run.id)

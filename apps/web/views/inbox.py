@@ -155,9 +155,12 @@ def item_context(request: ApprovalRequest, actor: Actor, *, values: dict[str, st
         "may_approve": not separated, "separated": separated, "separation": separation,
         "arguments": pretty(request.arguments),
         "edit_diff": arguments_diff(request.arguments, request.approved_arguments),
-        "fields": [] if definition else argument_fields(request, values, errors),
+        # A server's sampling request is approved or rejected as asked: its prompt is not edited here.
+        "fields": [] if definition or request.kind == ApprovalKind.SAMPLING else argument_fields(request, values,
+                                                                                                 errors),
         "errors": errors or {}, "message": message, "message_level": message_level or "info",
-        "standing_offered": not definition and request.risk != "dangerous" and request.required_approvals == 1,
+        "standing_offered": not definition and request.kind == ApprovalKind.TOOL_CALL and request.risk != "dangerous"
+        and request.required_approvals == 1,
         "summary": run_summary(request), "seconds_left": seconds_left,
         "expired_soon": seconds_left is not None and seconds_left < 3600,
         "tool_risk": request.risk,
