@@ -16,6 +16,9 @@ from apps.core.models import TenantModel
 class ApprovalKind(models.TextChoices):
     TOOL_CALL = "tool_call", "Tool call"
     DEFINITION_CHANGE = "definition_change", "Tool definition change"
+    QUESTION = "question", "An agent's question (human.ask)"
+    ELICITATION = "elicitation", "A server asks for input"
+    SAMPLING = "sampling", "A server asks to run the model"
 
 
 class ApprovalStatus(models.TextChoices):
@@ -56,6 +59,8 @@ class ApprovalRequest(TenantModel):
                                    related_name="+")
     decided_by_label = models.CharField(max_length=200, blank=True)
     comment = models.TextField(blank=True)
+    # A question's or an elicitation's answer, as the person gave it: {"text"} or {"action", "content"}.
+    answer = models.JSONField(null=True, blank=True)
     requested_by_user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True,
                                           blank=True, related_name="+")  # who started the run
     # The crew's separation of duties, as the run's snapshot had it: the starter may not approve.

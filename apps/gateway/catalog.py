@@ -108,6 +108,8 @@ def load_view(agent_id: str) -> AgentView:
     usable_servers: set[str] = set()
     for grant in grants:
         tool, server = grant.tool, grant.tool.server
+        if server.transport == "builtin":  # human.ask parks a run; a gateway client has no run to park
+            continue
         state = tool.state if server.enabled else "disabled"
         granted = GrantedTool(
             qualified_name=tool.qualified_name, tool_id=str(tool.id), server_id=str(server.id),

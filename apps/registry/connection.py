@@ -93,10 +93,13 @@ def _stdio_params(spec: ServerSpec) -> StdioServerParameters:
 
 @asynccontextmanager
 async def connect(spec: ServerSpec, *, errlog: IO[str] | None = None, message_handler: MessageHandler | None = None,
-                  http_errors: list[int] | None = None) -> AsyncIterator[Client]:
+                  http_errors: list[int] | None = None, elicitation_callback: Any = None,
+                  sampling_callback: Any = None) -> AsyncIterator[Client]:
     """An open, negotiated `Client` for the server. Raises whatever the SDK raises.
 
-    `http_errors` collects HTTP error statuses (the SDK reports a 401 as a generic -32603)."""
+    `http_errors` collects HTTP error statuses (the SDK reports a 401 as a generic -32603).
+    `elicitation_callback` / `sampling_callback`: how a server's requests during a call are answered
+    (apps/registry/host.py); without them the SDK answers "not supported"."""
     if spec.transport == Transport.STDIO:
         transport: Any = stdio_client(_stdio_params(spec), errlog=errlog or sys.stderr)
     else:
@@ -110,7 +113,8 @@ async def connect(spec: ServerSpec, *, errlog: IO[str] | None = None, message_ha
                                   follow_redirects=False, trust_env=False)
         transport = streamable_http_client(spec.url, http_client=http)
     client = Client(transport, read_timeout_seconds=spec.timeout_s, message_handler=message_handler,
-                    client_info=CLIENT_INFO)
+                    client_info=CLIENT_INFO, elicitation_callback=elicitation_callback,
+                    sampling_callback=sampling_callback)
     async with client:
         yield client
 

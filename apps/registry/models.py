@@ -16,6 +16,7 @@ from apps.core.models import TenantModel
 class Transport(models.TextChoices):
     STDIO = "stdio", "stdio (a local command)"
     HTTP = "http", "Streamable HTTP (a URL)"
+    BUILTIN = "builtin", "Built into Airlock (human.ask)"
 
 
 class TrustTier(models.TextChoices):
@@ -83,6 +84,13 @@ class McpServer(TenantModel):
     # An admin vouches for what this server's tools return: their results do not taint a run by provenance
     # (a scanner finding still does). Audited (`server.trusted_output_changed`), shown on the server page.
     trusted_output = models.BooleanField(default=False)
+    # What the server may ask of Airlock during a call (apps/registry/host.py). Elicitation puts its form in
+    # the inbox (on by default for official and internal servers, off for third-party ones); sampling runs the
+    # calling agent's model, counted to its run (off by default), and is held for a person when
+    # `hold_sampling` is set.
+    allow_elicitation = models.BooleanField(default=False)
+    allow_sampling = models.BooleanField(default=False)
+    hold_sampling = models.BooleanField(default=False)
     # What the last sync found
     status = models.CharField(max_length=10, choices=ServerStatus.choices, default=ServerStatus.NEW)
     protocol_version = models.CharField(max_length=20, blank=True)

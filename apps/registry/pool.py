@@ -16,6 +16,7 @@ import asyncio
 import logging
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -34,6 +35,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from apps.registry import selectors
 from apps.registry.connection import ServerSpec, connect, describe_error, spec_for, stderr_tail
+from apps.registry.host import CallHost, declining, hosted
 from apps.registry.models import McpServer
 
 logger = logging.getLogger(__name__)
@@ -96,7 +98,8 @@ class _Session:
 
     async def _run(self) -> None:
         try:
-            async with connect(self.spec, errlog=self.errlog, message_handler=self._on_message) as client:
+            async with connect(self.spec, errlog=self.errlog, message_handler=self._on_message,
+                               **declining(self.spec.name)) as client:
                 self.client = client
                 self.ready.set()
                 if client.protocol_version in MODERN_PROTOCOL_VERSIONS and client.server_capabilities.tools \
@@ -175,6 +178,41 @@ class Pool:
         except TimeoutError:
             future.cancel()
             raise ToolCallTimeout(f"No answer within {timeout:g} s.") from None
+
+    def start_hosted_call(self, spec: ServerSpec, tool_name: str, arguments: dict[str, Any], timeout: float,
+                          host: CallHost, *, allow_elicitation: bool, allow_sampling: bool) -> PendingCall:
+        """A call on a session of its own, whose elicitation and sampling requests `host` answers (a pooled
+        session is shared by every run in the process: a request on it could not be told apart by run).
+        Costs a connect (1-3 s for a Python stdio server): used only for servers allowed to ask."""
+        return PendingCall(self._submit(self._hosted_call(spec, tool_name, arguments, timeout, host,
+                                                          allow_elicitation, allow_sampling)),
+                           spec.timeout_s + timeout + 15)
+
+    async def _hosted_call(self, spec: ServerSpec, tool_name: str, arguments: dict[str, Any], timeout: float,
+                           host: CallHost, allow_elicitation: bool, allow_sampling: bool) -> ToolCallResult:
+        deadline = time.monotonic() + timeout
+        callbacks = hosted(spec.name, host, allow_elicitation=allow_elicitation, allow_sampling=allow_sampling,
+                           deadline=deadline)
+        failure: MCPError | None = None
+        with tempfile.TemporaryFile("w+") as errlog:
+            try:
+                async with connect(spec, errlog=errlog, **callbacks) as client:
+                    try:  # caught in here: leaving the client's task group would wrap it in a group
+                        result = await client.call_tool(tool_name, arguments,
+                                                        read_timeout_seconds=max(deadline - time.monotonic(), 1))
+                    except MCPError as exc:
+                        failure = exc
+            except Exception as exc:
+                raise ToolCallFailed(describe_error(exc, spec=spec, stderr=stderr_tail(errlog))) from None
+            if failure is not None:
+                if failure.code == -32001:
+                    raise ToolCallTimeout(f"No answer from {spec.name}.{tool_name} within {timeout:g} s.")
+                raise ToolCallFailed(describe_error(failure, spec=spec, stderr=stderr_tail(errlog)))
+        return ToolCallResult(
+            is_error=bool(result.is_error),
+            content=[c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in result.content],
+            structured_content=result.structured_content,
+        )
 
     async def _session(self, spec: ServerSpec) -> _Session:
         session = self._sessions.get(spec.id)
@@ -291,7 +329,8 @@ def call_spec(server_id: UUID | str, *, org_id: UUID | str | None = None,
     return current_spec(server)
 
 
-LIVE_SERVER_FIELDS = ("id", "org_id", "name", "trust_tier", "enabled", "updated_at", "trusted_output")
+LIVE_SERVER_FIELDS = ("id", "org_id", "name", "trust_tier", "enabled", "updated_at", "trusted_output",
+                      "allow_elicitation", "allow_sampling", "hold_sampling")
 _specs: dict[str, tuple[Any, ServerSpec]] = {}  # server id -> (its updated_at, its spec)
 
 

@@ -9,13 +9,14 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, F, Q, QuerySet
 
 from apps.core.errors import NotFound
-from apps.registry.models import McpServer, Risk, Tool, ToolState
+from apps.registry.models import McpServer, Risk, Tool, ToolState, Transport
 
 
 def servers_for_org(*, org_id: UUID | str) -> QuerySet[McpServer]:
-    """Servers with counts of their live tools per risk class (`n_read`, `n_write`, `n_dangerous`)."""
+    """Servers with counts of their live tools per risk class (`n_read`, `n_write`, `n_dangerous`). The built-in
+    `human` server (apps/registry/builtin.py) is left out: nothing about it can be registered or synced."""
     live = ~Q(tools__state=ToolState.REMOVED)
-    return McpServer.objects.filter(org_id=org_id).annotate(
+    return McpServer.objects.filter(org_id=org_id).exclude(transport=Transport.BUILTIN).annotate(
         n_tools=Count("tools", filter=live),
         n_quarantined=Count("tools", filter=Q(tools__state=ToolState.QUARANTINED)),
         **{f"n_{risk}": Count("tools", filter=live & Q(tools__risk=risk)) for risk in Risk.values},
@@ -43,15 +44,16 @@ def server_by_id(server_id: UUID | str) -> McpServer:
 
 def servers_due_for_sync(*, synced_before: datetime) -> QuerySet[McpServer]:
     """Enabled servers (any organisation) not synced since `synced_before`: beat's periodic sync."""
-    return McpServer.objects.filter(enabled=True).filter(
+    return McpServer.objects.filter(enabled=True).exclude(transport=Transport.BUILTIN).filter(
         Q(last_synced_at__isnull=True) | Q(last_synced_at__lt=synced_before)
     ).exclude(status="syncing")
 
 
 def tools_for_org(*, org_id: UUID | str, server: UUID | str | None = None, risk: str = "", state: str = "",
                   usable_only: bool = False) -> QuerySet[Tool]:
-    """Tools of an organisation. `usable_only`: active and exactly as pinned (what agents may use)."""
-    tools = Tool.objects.filter(org_id=org_id).select_related("server")
+    """Tools of an organisation's MCP servers (not the built-in `human.ask`: an agent is granted it in its
+    picker). `usable_only`: active and exactly as pinned (what agents may use)."""
+    tools = Tool.objects.filter(org_id=org_id).exclude(server__transport=Transport.BUILTIN).select_related("server")
     if server:
         try:
             tools = tools.filter(server_id=UUID(str(server)))

@@ -73,7 +73,7 @@ def _clean(data: dict[str, Any]) -> dict[str, Any]:
     data["name"] = (data.get("name") or "").strip()
     if message := server_name_error(data["name"]):
         errors["name"] = message
-    if data.get("transport") not in Transport.values:
+    if data.get("transport") not in (Transport.STDIO, Transport.HTTP):  # `builtin` is Airlock's own
         errors["transport"] = "Choose stdio or http."
     if data.get("trust_tier") not in TrustTier.values:
         errors["trust_tier"] = "Choose official, internal or third_party."
@@ -144,7 +144,8 @@ def create_server(*, actor: Actor, name: str, transport: str, trust_tier: str, c
         raise Conflict(f"A server named {data['name']!r} already exists in this organisation.")
     with transaction.atomic():
         server = McpServer(org_id=actor.org_id, description=description, enabled=enabled, **data,
-                           status=ServerStatus.NEW if enabled else ServerStatus.DISABLED)
+                           status=ServerStatus.NEW if enabled else ServerStatus.DISABLED,
+                           allow_elicitation=data["trust_tier"] in TRUSTED_TIERS)
         _save_server(server)
         audit.record(org_id=actor.org_id, actor=actor, action="server.created", target=server,
                      target_label=server.name, data=_audit_view(server))
@@ -187,6 +188,27 @@ def update_server(*, actor: Actor, server_id: UUID | str, bearer_token: str = ""
                      target_label=server.name, data={"changed": changed, **_audit_view(server)})
         if changed and server.enabled and sync:
             _enqueue_sync(server)
+    return server
+
+
+def set_server_requests(*, actor: Actor, server_id: UUID | str, allow_elicitation: bool | None = None,
+                        allow_sampling: bool | None = None, hold_sampling: bool | None = None) -> McpServer:
+    """What the server may ask of Airlock during a call: elicitation (a form in the inbox), sampling (a run of
+    the calling agent's model, counted to its run) and whether sampling waits for a person first. None keeps a
+    setting. Writes McpServer + `server.requests_changed` audit. Raises PermissionDenied, NotFound."""
+    actor.require("servers.manage")
+    wanted = {"allow_elicitation": allow_elicitation, "allow_sampling": allow_sampling,
+              "hold_sampling": hold_sampling}
+    with transaction.atomic():
+        server = McpServer.objects.select_for_update().get(pk=selectors.get_server(
+            org_id=actor.org_id, server_id=server_id).pk)
+        changed = sorted(k for k, v in wanted.items() if v is not None and bool(v) != getattr(server, k))
+        for key in changed:
+            setattr(server, key, bool(wanted[key]))
+        if changed:
+            server.save(update_fields=[*changed, "updated_at"])
+            audit.record(org_id=actor.org_id, actor=actor, action="server.requests_changed", target=server,
+                         target_label=server.name, data={k: getattr(server, k) for k in wanted})
     return server
 
 
@@ -262,6 +284,8 @@ def sync_server(*, actor: Actor, server_id: UUID | str) -> SyncReport:
     server = selectors.get_server(org_id=actor.org_id, server_id=server_id)
     if not server.enabled:
         raise Conflict(f"The server {server.name!r} is disabled; enable it before syncing.")
+    if server.transport == Transport.BUILTIN:
+        raise Conflict(f"{server.name!r} is built into Airlock: there is nothing to sync.")
     McpServer.objects.filter(pk=server.pk).update(status=ServerStatus.SYNCING)
     try:
         discovery = run_discovery(spec_for(server))

@@ -148,3 +148,15 @@ def run_tree(run: Run) -> list[TurnView]:
         if s.kind == StepKind.LLM and s.parent_id in turns:
             turns[s.parent_id].model_calls.append(ModelCallView(s, calls.get(s.id, [])))
     return list(turns.values())
+
+
+SERVER_REQUEST_EVENTS = ("elicitation.requested", "elicitation.answered", "elicitation.expired", "sampling.held",
+                         "sampling.completed", "sampling.refused", "sampling.requested", "sampling.expired")
+
+
+def server_requests_by_call(run: Run) -> dict[str, list[RunEvent]]:
+    """What servers asked during the run's calls (elicitation and sampling events), by tool call id."""
+    out: dict[str, list[RunEvent]] = {}
+    for event in RunEvent.objects.filter(run_id=run.id, type__in=SERVER_REQUEST_EVENTS).order_by("seq"):
+        out.setdefault(str(event.data.get("tool_call_id") or ""), []).append(event)
+    return out

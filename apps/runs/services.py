@@ -247,6 +247,8 @@ def decide_approval(*, actor: Actor, approval_id: UUID | str, decision: str, arg
                    .filter(org_id=actor.org_id, id=approval_id).first())
         if request is None:
             raise NotFound("No such approval request.")
+        if request.kind in (ApprovalKind.QUESTION, ApprovalKind.ELICITATION):
+            raise Conflict("This item asks for an answer, not a decision: answer it instead.")
         if request.kind == ApprovalKind.DEFINITION_CHANGE:
             return approvals.decide_definition_change(actor=actor, approval_id=approval_id, decision=decision,
                                                       comment=comment)
@@ -302,7 +304,8 @@ def expire_due_approvals() -> int:
             run = Run.objects.select_for_update().filter(id=request.run_id).first() if request.run_id else None
             approvals.expire_request(request=request)
             expired += 1
-            if run is not None and request.kind == ApprovalKind.TOOL_CALL and not run.is_finished:
+            if run is not None and request.kind in (ApprovalKind.TOOL_CALL, ApprovalKind.QUESTION) \
+                    and not run.is_finished:
                 append_event(run.id, "approval.decided", approval_id=str(request.id),
                              tool_call_id=str(request.tool_call_id), decision=request.status, by="expiry")
                 _resume_if_ready(run)

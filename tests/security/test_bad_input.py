@@ -36,7 +36,7 @@ def test_an_oversized_body_is_413_with_a_detail(client, org_and_auth):
     response = _post(client, auth, "/api/v1/servers", body)
     assert response.status_code == 413
     assert response.json() == {"detail": f"The request body is too large (at most {1024 * 1024} bytes)."}
-    assert not McpServer.objects.filter(org=org).exists()
+    assert not McpServer.objects.filter(org=org).exclude(transport="builtin").exists()
 
 
 @pytest.mark.parametrize(("raw", "status", "detail"), [
@@ -62,7 +62,7 @@ def test_malformed_bodies_are_client_errors_with_a_detail(client, org_and_auth, 
     response = _post(client, auth, "/api/v1/servers", raw)
     assert response.status_code == status, response.content
     assert detail in response.json()["detail"]
-    assert not McpServer.objects.filter(org=org).exists()
+    assert not McpServer.objects.filter(org=org).exclude(transport="builtin").exists()
 
 
 def test_a_body_that_is_not_json_at_all_by_content_type(client, org_and_auth):
@@ -105,7 +105,7 @@ def test_out_of_range_values_are_422(client, org_and_auth, field):
     response = _post(client, auth, "/api/v1/servers", json.dumps(body).encode())
     assert response.status_code == 422, response.content
     assert response.json()["detail"]
-    assert not McpServer.objects.filter(org=org).exists()
+    assert not McpServer.objects.filter(org=org).exclude(transport="builtin").exists()
 
 
 def test_an_oversized_form_post_on_a_page_is_400_not_500(client, org_and_auth):
@@ -134,4 +134,4 @@ def test_a_chunked_oversized_body_is_refused_by_the_real_server(live_url):
                              headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
     assert response.status_code == 413
     assert "too large" in response.json()["detail"]
-    assert not McpServer.objects.filter(org=org).exists()
+    assert not McpServer.objects.filter(org=org).exclude(transport="builtin").exists()

@@ -8,7 +8,7 @@ from ninja.pagination import paginate
 from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.approvals import selectors
-from apps.runs import services
+from apps.runs import questions, services
 
 router = Router(tags=["approvals"])
 
@@ -38,6 +38,7 @@ class ApprovalOut(Schema):
     decided_at: datetime | None
     decided_by: str
     comment: str
+    answer: dict[str, Any] | None
     created_at: datetime
 
     @staticmethod
@@ -80,12 +81,21 @@ class DecisionIn(Body):
     args_hash: str = ""  # the arguments' hash the decider saw (args_hash, or approved_args_hash once edited)
 
 
+class AnswerIn(Body):
+    """A question takes `answer` (text); an elicitation takes `action` and, to accept, `content`."""
+
+    answer: str = ""
+    action: Literal["accept", "decline", "cancel", ""] = ""
+    content: dict[str, Any] | None = None
+
+
 @router.get("", response=list[ApprovalOut])
 @paginate(Pagination)
 def list_approvals(request, status: Literal["pending", "approved", "rejected", "expired", "answered"] | None = None,
                    crew: UUID | None = None, agent: UUID | None = None, server: UUID | None = None,
                    risk: Literal["read", "write", "dangerous"] | None = None,
-                   kind: Literal["tool_call", "definition_change"] | None = None):
+                   kind: Literal["tool_call", "definition_change", "question", "elicitation",
+                                 "sampling"] | None = None):
     """Newest first, filtered by status, the run's crew, agent, the tool's server, risk and kind."""
     request.auth.require("org.view")
     return selectors.org_approvals(org_id=request.auth.org_id, status=status, crew_id=crew, agent_id=agent,
@@ -105,4 +115,13 @@ def decide(request, approval_id: UUID, payload: DecisionIn):
                              arguments=payload.arguments, comment=payload.comment,
                              standing=payload.standing.dict() if payload.standing else None,
                              expected_args_hash=payload.args_hash)
+    return selectors.get_approval(org_id=request.auth.org_id, approval_id=approval_id)
+
+
+@router.post("/{approval_id}/answer", response=ApprovalOut)
+def answer(request, approval_id: UUID, payload: AnswerIn):
+    """Answer an agent's question (`answer`) or a server's elicitation (`action`, `content`); 409 when answered
+    or expired, 403 when the question is for another group, 422 with field errors."""
+    questions.answer(actor=request.auth, approval_id=approval_id, text=payload.answer, action=payload.action,
+                     content=payload.content)
     return selectors.get_approval(org_id=request.auth.org_id, approval_id=approval_id)

@@ -37,6 +37,9 @@ class ServerOut(Schema):
     sync_warnings: list[str]
     findings: list[dict[str, str]]  # the poisoning scan of its instructions, prompts and resource descriptions
     trusted_output: bool  # an admin vouches for its tools' results (they do not taint a run)
+    allow_elicitation: bool  # may ask people for input mid-call (a form in the inbox)
+    allow_sampling: bool  # may run the calling agent's model, counted to its run
+    hold_sampling: bool  # sampling waits for a person's approval first
     created_at: datetime
 
 
@@ -70,6 +73,12 @@ class ServerPatch(Body):
     bearer_token: str = ""
     enabled: bool | None = None
     timeout_s: int | None = Field(None, ge=1, le=300)
+
+
+class RequestsIn(Body):
+    allow_elicitation: bool | None = None
+    allow_sampling: bool | None = None
+    hold_sampling: bool | None = None
 
 
 class SyncOut(Schema):
@@ -109,6 +118,12 @@ def update_server(request, server_id: UUID, payload: ServerPatch):
 def delete_server(request, server_id: UUID):
     services.delete_server(actor=request.auth, server_id=server_id)
     return Status(204, None)
+
+
+@router.put("/{server_id}/requests", response=ServerOut,
+            summary="What the server may ask during a call: elicitation, sampling, holding sampling for a person")
+def set_requests(request, server_id: UUID, payload: RequestsIn):
+    return services.set_server_requests(actor=request.auth, server_id=server_id, **payload.dict())
 
 
 @router.post("/{server_id}/sync", response=SyncOut, summary="Connect now and refresh tools, resources and prompts")

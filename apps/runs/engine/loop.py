@@ -85,7 +85,10 @@ def _answer_tool_calls(store: Any, turn: Any, agent: dict[str, Any], messages: l
     rows = store.last_calls(turn)
     if resolve_calls(store, turn=turn, agent=agent, rows=rows) == "waiting":
         held = sum(1 for r in rows if r.state == "held")
-        reason = f"{held} tool call(s) wait for a person's decision." if held else \
+        asked = sum(1 for r in rows if r.state == "held" and r.rule == "human_ask")
+        reason = " ".join(part for part in (
+            f"{held - asked} tool call(s) wait for a person's decision." if held - asked else "",
+            f"{asked} question(s) wait for a person's answer." if asked else "") if part) if held else \
             "A tool call's outcome is unknown: a person must resolve it."
         return "waiting" if store.wait(reason) else "continue"
     # After a write, committed now with the completions of the calls just made (their state, result and audit

@@ -22,9 +22,11 @@ from pydantic_ai.messages import ModelRequest, ToolReturnPart
 from apps.agents.policy import decide
 from apps.agents.prompts import wrap_tool_output
 from apps.registry.arguments import copied_from, url_problem
+from apps.registry.builtin import is_builtin
 from apps.registry.pool import PendingCall, ToolCallFailed, ToolCallTimeout, call_spec, call_tool, pool
 from apps.registry.scanner import scan_text
 from apps.registry.schemas import arguments_problem, input_validator
+from apps.runs.engine import asking, server_requests
 from apps.runs.engine.errors import LeaseLost, StopRun, backoff_delay
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.limits import REPEAT_LIMIT
@@ -132,6 +134,10 @@ def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> Decide
         store.event("tool.finding", tool_call_id=str(row.id), tool=row.qualified_name, findings=[
             {"code": "copied_from_untrusted", "severity": "medium",
              "message": f"Arguments copied from the untrusted content this run read: {', '.join(copied)}."}])
+    if is_builtin(tool):  # human.ask: a person answers, whether the policy allowed or held it
+        asking.ask_person(store, row=row, turn=turn, tool=tool, reason=f"Waiting for a person's answer. "
+                                                                        f"{decision.reason}")
+        return
     if decision.decision == "hold":
         reason = decision.reason + (f" These arguments carry text copied from that content: {', '.join(copied)}."
                                     if copied else "")
@@ -185,6 +191,9 @@ def follow_approval(store: Any, *, row: Any, write_approval: bool = True) -> Dec
     arguments set on the row in memory, for `dispatch` to write with `dispatched`."""
     request = store.approval(row)
     if request is None or request.status == "pending":
+        return None
+    if request.kind == "question":
+        asking.follow_question(store, row=row, request=request)
         return None
     if request.status == "approved":
         approved = request.approved_arguments if request.approved_arguments is not None else request.arguments
@@ -288,6 +297,8 @@ def early_read(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: 
     if tool is None or tool.get("risk") != "read":
         return None
     live = store.live_tool(row.qualified_name)
+    if live is not None and server_requests.may_ask(live.server):  # its call needs a session of its own
+        return None
     try:
         spec = call_spec(tool["server_id"], org_id=store.run.org_id, server=live.server if live is not None else None)
     except Exception:
@@ -302,7 +313,7 @@ def _dispatched(store: Any, *, agent: dict[str, Any], tool: dict[str, Any] | Non
     audit row (committed before the next model call: apps.runs.engine.loop)."""
     if early is None or early.pending is None:
         store.renew_lease()
-    outcome = _call(store, tool=tool, row=row, arguments=arguments,
+    outcome = _call(store, tool=tool, row=row, arguments=arguments, agent=agent,
                     pending=early.pending if early is not None else None)
     # Each transition below fails only when the row left `dispatched` meanwhile: this worker's lease ran
     # out during the call and another one took the run over (and made the row `unknown`). A deferred
@@ -353,7 +364,7 @@ def taint_by(store: Any, *, tool: dict[str, Any] | None, row: Any, flagged: bool
 
 
 def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any],
-          pending: PendingCall | None = None):
+          agent: dict[str, Any] | None = None, pending: PendingCall | None = None):
     """(result, "") or (None, error); None when a non-read call timed out (outcome unknown). `pending`: the
     first attempt, already sent (`EarlyRead`)."""
     if tool is None:
@@ -364,6 +375,9 @@ def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[
             if pending is not None and attempt == 1:
                 return pending.result(), ""
             live = store.live_tool(row.qualified_name)
+            if live is not None and agent is not None and server_requests.may_ask(live.server):
+                return server_requests.hosted_call(store, row=row, tool=tool, agent=agent, server=live.server,
+                                                   arguments=arguments), ""
             return call_tool(tool["server_id"], tool["name"], arguments, org_id=store.run.org_id,
                              server=live.server if live is not None else None), ""
         except ToolCallTimeout as exc:
@@ -411,6 +425,8 @@ def answer_text(row: Any) -> str:
     if row.state in (CallState.DENIED, CallState.REJECTED, CallState.EXPIRED):
         return f"DENIED: {row.reason}"
     if row.result is not None:
+        if (answered := asking.answer_text(row)) is not None:
+            return answered
         text = row.result.get("text", "")
         prefix = "ERROR from the tool:\n" if row.result.get("is_error") else ""
         return prefix + wrap_tool_output(tool=row.qualified_name, text=text)

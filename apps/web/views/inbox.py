@@ -24,12 +24,14 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts.actors import Actor
 from apps.agents import selectors as agents
+from apps.approvals import questions, standing, triage
 from apps.approvals import selectors as approvals
-from apps.approvals import standing, triage
+from apps.approvals.forms_schema import coerce, form_fields
 from apps.approvals.models import ApprovalKind, ApprovalRequest
-from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from apps.crews import selectors as crews
 from apps.registry import selectors as registry
+from apps.runs import questions as answering
 from apps.runs import selectors as runs
 from apps.runs import services
 from apps.web.access import member_required
@@ -156,14 +158,31 @@ def item_context(request: ApprovalRequest, actor: Actor, *, values: dict[str, st
         "may_approve": not separated, "separated": separated, "separation": separation,
         "arguments": pretty(request.arguments),
         "edit_diff": arguments_diff(request.arguments, request.approved_arguments),
-        "fields": [] if definition else argument_fields(request, values, errors),
+        # A server's sampling request is approved or rejected as asked: its prompt is not edited here.
+        "fields": [] if definition or request.kind == ApprovalKind.SAMPLING else argument_fields(request, values,
+                                                                                                 errors),
         "errors": errors or {}, "message": message, "message_level": message_level or "info",
-        "standing_offered": not definition and request.risk != "dangerous" and request.required_approvals == 1,
+        "standing_offered": not definition and request.kind == ApprovalKind.TOOL_CALL and request.risk != "dangerous"
+        and request.required_approvals == 1,
         "summary": run_summary(request) if summary is triage_pages.UNREAD else summary,
         "seconds_left": seconds_left, "expired_soon": seconds_left is not None and seconds_left < 3600,
         **triage_pages.age(request),
         "tool_risk": request.risk,
+        **answer_context(request, actor, values=values, errors=errors),
     }
+
+
+def answer_context(request: ApprovalRequest, actor: Actor, *, values: dict[str, str] | None,
+                   errors: dict[str, str] | None) -> dict[str, Any]:
+    """What the answer form of a question or an elicitation needs (apps/approvals/questions.py)."""
+    if request.kind not in (ApprovalKind.QUESTION, ApprovalKind.ELICITATION):
+        return {"answerable": False}
+    fields = form_fields(request.context.get("schema") or {}) if request.kind == ApprovalKind.ELICITATION else []
+    for field in fields:
+        field["value"] = (values or {}).get(field["name"], "")
+        field["error"] = (errors or {}).get(f"content.{field['name']}", "")
+    return {"answerable": True, "form_fields": fields,
+            "can_answer": request.is_pending and questions.may_answer(actor, request)}
 
 
 def render_item(http_request: HttpRequest | None, request: ApprovalRequest, actor: Actor, status: int = 200,
@@ -231,6 +250,42 @@ def inbox_decide(request: HttpRequest, approval_id) -> HttpResponse:
     if request.htmx:
         return render_item(request, item, actor, message=text, message_level="success")
     messages.success(request, text)
+    return redirect(_next(request))
+
+
+@require_POST
+@member_required()
+def inbox_answer(request: HttpRequest, approval_id) -> HttpResponse:
+    """A person answers a question (text or one of its choices) or a server's form (accept with the fields,
+    decline, cancel). Who may answer is the item's group, checked by the service."""
+    actor = request.actor
+    item = approvals.get_approval(org_id=actor.org_id, approval_id=approval_id)
+    values = {k[6:]: v for k, v in request.POST.items() if k.startswith("field.")}
+    content = coerce(item.context.get("schema") or {}, values) if item.kind == ApprovalKind.ELICITATION else None
+    try:
+        answering.answer(actor=actor, approval_id=item.id, text=request.POST.get("answer", ""),
+                         action=request.POST.get("action", ""), content=content)
+    except ValidationFailed as exc:
+        return _answer_refused(request, item, status=422, message=exc.message, values=values, errors=exc.errors)
+    except (Conflict, PermissionDenied) as exc:
+        return _answer_refused(request, item, status=409 if isinstance(exc, Conflict) else 403,
+                               message=str(exc))
+    item = approvals.get_approval(org_id=actor.org_id, approval_id=approval_id)
+    text = "Answered: the agent reads your answer." if item.kind == ApprovalKind.QUESTION else \
+        f"Sent to the server: {item.answer.get('action')}."
+    if request.htmx:
+        return render_item(request, item, actor, message=text, message_level="success")
+    messages.success(request, text)
+    return redirect(_next(request))
+
+
+def _answer_refused(request: HttpRequest, item: ApprovalRequest, *, status: int, message: str,
+                    values: dict[str, str] | None = None, errors: dict[str, str] | None = None) -> HttpResponse:
+    item = approvals.get_approval(org_id=request.actor.org_id, approval_id=item.id)
+    if request.htmx:
+        return render_item(request, item, request.actor, status=status, values=values, errors=errors,
+                           message=message, message_level="danger" if status != 409 else "warning")
+    messages.error(request, message + ("" if not errors else " " + " ".join(f"{k}: {v}" for k, v in errors.items())))
     return redirect(_next(request))
 
 

@@ -68,6 +68,11 @@ def run_context(run, actor=None) -> dict:
     """The header and step tree; with an `actor`, each held call carries that viewer's inline decision card
     and `can_resolve` says whether they may answer a call whose outcome is unknown."""
     turns = selectors.run_tree(run)
+    asked = selectors.server_requests_by_call(run)
+    for turn in turns:
+        for model_call in turn.model_calls:
+            for tc in model_call.calls:
+                tc.server_requests = asked.get(str(tc.id), [])
     if actor is not None:
         from apps.web.views.inbox import item_context
 

@@ -99,7 +99,8 @@ def _detail_context(request: HttpRequest, server_id) -> dict:
     return {"server": server, "tools": tools, "syncing": syncing,
             # a new server's first sync is queued on registration: watch for it too
             "polling": syncing or (server.status == ServerStatus.NEW and server.enabled),
-            "tier_help": TRUST_TIER_HELP.get(server.trust_tier, "")}
+            "tier_help": TRUST_TIER_HELP.get(server.trust_tier, ""),
+            "can_manage": request.actor.can("servers.manage")}
 
 
 def _detail(request: HttpRequest, server_id, template: str = "web/servers/detail.html") -> HttpResponse:
@@ -128,6 +129,17 @@ def server_sync(request: HttpRequest, server_id) -> HttpResponse:
     services.request_sync(actor=request.actor, server_id=server_id)
     if request.htmx:
         return _detail(request, server_id, "web/servers/detail.html#server-status")
+    return redirect("web:server", server_id=server_id)
+
+
+@require_POST
+@member_required("servers.manage")
+def server_requests(request: HttpRequest, server_id) -> HttpResponse:
+    """What the server may ask during a call: elicitation, sampling, and whether sampling waits for a person."""
+    services.set_server_requests(actor=request.actor, server_id=server_id,
+                                 **{k: request.POST.get(k) == "on"
+                                    for k in ("allow_elicitation", "allow_sampling", "hold_sampling")})
+    messages.success(request, "Saved what this server may ask during a call.")
     return redirect("web:server", server_id=server_id)
 
 
