@@ -297,6 +297,24 @@ class RunStore(Ledger):
         if text and sum(map(len, kept)) < UNTRUSTED_KEPT:
             kept.append(text[:UNTRUSTED_KEPT])
 
+    def read_results(self) -> list[tuple[str, str]]:
+        """(qualified name, text) of every tool result this run has read, oldest first (capped like the untrusted
+        texts), for the provenance checks of a write (apps.runs.engine.provenance). Read once per store, then
+        kept current by `read_result` (a completion may still wait in the store's next transaction)."""
+        if getattr(self, "_results", None) is None:
+            self._results = []
+            rows = ToolCall.objects.filter(run_id=self.run_id, result__isnull=False).order_by("created_at") \
+                .values_list("qualified_name", "result")
+            for name, result in rows:
+                self._results.append((name, ((result or {}).get("text") or "")))
+        return self._results
+
+    def read_result(self, name: str, text: str) -> None:
+        kept = self.read_results()
+        room = UNTRUSTED_KEPT - sum(len(t) for _, t in kept)
+        if text and room > 0:
+            kept.append((name, text[:room]))
+
     def taint_source(self) -> str:
         """What tainted the run (the `run.tainted` event's reason), '' when it is clean; read once per store."""
         if not self.run.tainted:
