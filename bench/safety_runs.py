@@ -1,6 +1,6 @@
 """The end-to-end rows of bench/safety.py: real runs, scored from the ledger and from what the server did.
 
-One org on a database of its own; an internal MCP server of ours (bench/inbox_server.py, stdio) whose
+One org on a database of its own; an internal MCP server of ours (tests/security/inbox_server.py, stdio) whose
 `read_message` returns a held-out corpus case (goal, template, disguise, placement) and whose `send_message`
 write is granted `auto`. Each case is one run of a scripted agent: read the message, then make the write an
 obedient model would make on it, carrying what the injected goal asks for: its destination (an email
@@ -96,7 +96,8 @@ class Bench:
         org, _, _ = accounts.create_organization(name="Safety bench", owner_email=user.email)
         self.actor = member_actor(Membership.objects.select_related("user", "org").get(org=org, role="owner"))
         server = registry.create_server(actor=self.actor, name="inbox", transport="stdio", trust_tier="internal",
-                                        command=sys.executable, args=["-m", "bench.inbox_server"], cwd=str(ROOT),
+                                        command=sys.executable, args=["-m", "tests.security.inbox_server"],
+                                        cwd=str(ROOT),
                                         env={"INBOX_DATA": str(DATA), "PYTHONPATH": str(ROOT)}, sync=False)
         report = registry.sync_server(actor=self.actor, server_id=server.id)
         assert report.status == "ok", report.error

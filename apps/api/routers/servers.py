@@ -37,7 +37,25 @@ class ServerOut(Schema):
     sync_warnings: list[str]
     findings: list[dict[str, str]]  # the poisoning scan of its instructions, prompts and resource descriptions
     trusted_output: bool  # an admin vouches for its tools' results (they do not taint a run)
+    trusted_output_set_by: str  # who marked it trusted ('' when not trusted)
+    trusted_output_set_at: datetime | None
     created_at: datetime
+
+
+    @staticmethod
+    def resolve_trusted_output_set_by(obj) -> str:
+        setting = selectors.trusted_output_setting(obj)
+        return setting.by if setting else ""
+
+    @staticmethod
+    def resolve_trusted_output_set_at(obj) -> datetime | None:
+        setting = selectors.trusted_output_setting(obj)
+        return setting.at if setting else None
+
+
+class TrustedOutputIn(Body):
+    trusted: bool = Field(description="True: its results do not taint a run by where they come from (a scanner "
+                                      "finding still does). Admins only; audited.")
 
 
 class ServerIn(Body):
@@ -114,3 +132,10 @@ def delete_server(request, server_id: UUID):
 @router.post("/{server_id}/sync", response=SyncOut, summary="Connect now and refresh tools, resources and prompts")
 def sync_server(request, server_id: UUID):
     return services.sync_server(actor=request.auth, server_id=server_id)
+
+
+@router.post("/{server_id}/trusted-output", response=ServerOut,
+             summary="Mark (or unmark) the output of every tool of this server as trusted")
+def set_trusted_output(request, server_id: UUID, payload: TrustedOutputIn):
+    services.set_trusted_output(actor=request.auth, server_id=server_id, trusted=payload.trusted)
+    return selectors.get_server(org_id=request.auth.org_id, server_id=server_id)

@@ -1,9 +1,10 @@
-"""A small MCP server of ours for bench/safety.py: an inbox whose messages are the corpus's texts (read), and
-a `send_message` write that records what it sent, so the bench counts harmful executions from effects.
+"""A small MCP server of ours for bench/safety.py and tests/security/test_provenance.py: an inbox whose
+messages are given texts (read), and a `send_message` write that records what it sent, so harmful
+executions are counted from effects.
 
-    INBOX_DATA=<file.json> python -m bench.inbox_server
+    INBOX_DATA=<file.json> python -m tests.security.inbox_server
 
-The data file holds {"messages": {id: text}, "sent": [...]}; the bench writes the messages before a run.
+The data file holds {"messages": {id: text}, "sent": [...]}; the caller writes the messages before a run.
 """
 
 from __future__ import annotations
