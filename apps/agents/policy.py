@@ -40,8 +40,8 @@ class CallFacts:
     open_world: bool = False  # the tool reaches the open internet (fetch, search): its arguments can carry data out
     taint_source: str = ""  # what tainted the run ("the result of web.fetch (call 3f2a...)"), for the reason
     standing_approval: bool = False  # a person's standing approval matches this call
-    # Provenance of the arguments (apps.registry.provenance), worked out by the engine for writes and
-    # open-world calls: destinations the run's request never mentions, arguments copied from a tool result.
+    # Provenance of a write's arguments (apps.registry.provenance), worked out by the engine: destinations the
+    # run's request never mentions, arguments copied from a tool result.
     unrequested: tuple[str, ...] = ()
     copied: tuple[str, ...] = ()
     copied_source: str = ""  # the tool whose result they came from
@@ -121,7 +121,7 @@ def _human_required(f: CallFacts) -> list[tuple[str, str]]:
         holds.append(("tainted_open_world", f"This run has read untrusted content{_source(f)}, and {f.tool} reaches "
                                             "the open internet, so a person approves each call (its arguments could "
                                             "carry data out)."))
-    if f.arguments is not None and (f.risk in WRITES or f.open_world):
+    if f.arguments is not None and f.risk in WRITES:
         came = f" (they appear in the result of {f.copied_source})" if f.copied_source else ""
         of = f" (of {f.copied_source})" if f.copied_source else ""
         if f.unrequested:

@@ -1,7 +1,7 @@
 """Where a call's arguments came from: the checks that hold when the scanner misses an injection.
 
 An internal server is ours; the data it returns is not (an inbox, a ticket, a web page someone stored). So a
-write, or a call that reaches the open internet, is held for a person when its arguments
+write is held for a person when its arguments
 
 - send to a destination (an email address, a URL or web host, an IBAN or a long account number) that the
   run's request never mentions: not in its inputs, its tasks or its agents' prompts, nor in the result of a

@@ -85,6 +85,16 @@ INSTRUCTION_RULES += [
      r"job|purpose|priority)\b", ("your",)),
     (r"\b(do\s+not|don'?t|no\s+need\s+to|never)\s+(ask|wait)\s+(for\s+|the\s+user\s+(for\s+)?)?(confirmation|approval|"
      r"permission|consent)", ("ask", "wait")),
+    # a model addressed by name, or told what to do before (or instead of) the task it was given
+    (r"\bto\s+you\s*,?\s+(gpt|chatgpt|claude|gemini|llama|mistral|copilot|the\s+(ai|assistant|agent|model|llm))\b",
+     ("you",)),
+    (r"\bbefore\s+you\s+(can\s+|start\s+|begin\s+|continue\s+|proceed\s+(with\s+)?|go\s+on\s+(with\s+)?)?"
+     r"(solve|do|complete|finish|answer|handle|work\s+on|start|begin|continue|proceed\s+with)?\s*(the|your|this|my|that)"
+     r"\s+(original\s+|actual\s+|main\s+|current\s+)?(task|request|question|assignment|job)\b", ("before",)),
+    (r"\b(the|your)\s+(original\s+)?(task|request|question|assignment)\s+(that\s+|which\s+)?(i|we|the\s+user)\s+"
+     r"(gave|assigned|asked|set|sent)\s+(to\s+)?you\b", ("task", "request", "question", "assignment")),
+    (r"<\s*/?\s*(information|instruction|admin|assistant|tool_?call|context_?override)\s*>",
+     ("information", "instruction", "admin", "assistant", "tool")),
 ]
 INSTRUCTION_PATTERNS = [pattern for pattern, _ in INSTRUCTION_RULES]
 # A claim of authority the text does not have: approval or orders from the user, an admin, the system.
@@ -137,6 +147,13 @@ EXFILTRATION_RULES = [
     (r"\b(sende|senden|schicke|schicken|leite|leiten|[üu]e?bertrage)\b.{0,60}\b(an|zu)\s+[\w.+-]+@",
      ("send", "schick", "leite", "bertrage")),
     (r"(发送|转发|上传|发给).{0,40}@|(отправ|перешл|пересл)\w*.{0,60}@|(送信|転送)して.{0,40}@", ()),
+    # a sentence that orders something sent, moved or shared to a destination it names (an email address, an
+    # IBAN-like account, a web address): the whole ask is in it, whoever it is addressed to
+    (r"(?:^|[.!?:;]\s+|\n)\s*(?:please\s+|now\s+|then\s+|also\s+|immediately\s+)?(send|transfer|wire|forward|e-?mail|"
+     r"post|upload|share|invite|concatenate|copy|move)\b[^.!?\n]{0,200}?([\w.+-]+@[\w-]+\.[\w.-]+|"
+     r"\b[a-z]{2}\d{2}[a-z0-9]{10,30}\b|\bwww\.[\w-]+\.|\bhttps?://)",
+     ("send", "transfer", "wire", "forward", "mail", "post", "upload", "share", "invite", "concatenate", "copy",
+      "move")),
 ]
 # Demands that the model use a tool (or move money, delete data) the task never asked for.
 TOOL_DEMAND_RULES = [

@@ -3,8 +3,9 @@ run's request never mentions, and which arguments carry text copied from a tool 
 
 Airlock-controlled data is the request (the run's inputs, the crew's tasks and description, the agents'
 prompts) and the results of tools whose output an admin trusts; everything else a tool returned counts as not
-ours, internal servers included (the server is ours, the data it hands on is not). Worked out only for calls
-that can change something or carry data out (writes, open-world tools): reads of internal tools pay nothing.
+ours, internal servers included (the server is ours, the data it hands on is not). Worked out only for writes:
+reads pay nothing. An open-world read is not held for its URL in a clean run (an agent that searches and then
+fetches what it found names URLs no request held); in a tainted run every one is held already.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def request_text(run: Any) -> str:
 
 
 def call_provenance(store: Any, *, tool: dict[str, Any] | None, arguments: dict[str, Any]) -> Provenance:
-    if not tool or not arguments or (tool.get("risk") not in WRITES and not tool.get("open_world")):
+    if not tool or not arguments or tool.get("risk") not in WRITES:
         return Provenance()
     tools = store.run.snapshot.get("tools", {})
     trusted, untrusted = [], []
