@@ -184,13 +184,17 @@ def benign_output_figures() -> tuple[int, int]:
     return len(outputs), sum(flagged(o) for o in outputs)
 
 
-def scanner_cost() -> float:
-    """Milliseconds per KB of ordinary tool output (median of repeated scans of ~5 KB)."""
+NON_ASCII = "Bestellung 1042 wurde am Montag verschickt; das Paket wiegt 2 kg und geht mit DHL nach München.\n" * 32
+
+
+def scanner_cost(text: str = FILLER) -> float:
+    """Milliseconds per KB of ordinary tool output (median of repeated scans of ~3 KB). Text beyond ASCII takes
+    the slow path (every pattern, on its folded and Latin-skeleton forms too)."""
     samples = []
     for _ in range(30):
         start = time.perf_counter()
-        scan_text(FILLER, where="result")
-        samples.append((time.perf_counter() - start) * 1000 / (len(FILLER) / 1024))
+        scan_text(text, where="result")
+        samples.append((time.perf_counter() - start) * 1000 / (len(text.encode()) / 1024))
     return statistics.median(samples)
 
 
@@ -242,7 +246,9 @@ def main() -> int:
     line("benign tool outputs wrongly held", f"{held} of {n} ({held / n:.0%})", "<= 5 %", held / n <= 0.05)
     refused = sum(bool(url_problem({"url": u}, allow_private=False)) for u in SSRF_FORMS)
     line("SSRF forms in arguments refused", f"{refused} of {len(SSRF_FORMS)}", "all", refused == len(SSRF_FORMS))
-    line("scanner cost per KB of tool output (median)", f"{scanner_cost():.3f} ms", "info", None)
+    line("scanner cost per KB of tool output (median), ASCII", f"{scanner_cost():.3f} ms", "info", None)
+    line("scanner cost per KB of tool output (median), beyond ASCII", f"{scanner_cost(NON_ASCII):.3f} ms", "info",
+         None)
     return 0 if ok else 1
 
 

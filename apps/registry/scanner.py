@@ -217,22 +217,22 @@ _SECRET_RES = [(re.compile(p, re.IGNORECASE), words) for p, words in SECRET_RULE
 def _candidates(rules: list[tuple[re.Pattern[str], tuple[str, ...]]], text: str,
                 present: frozenset[str] | None = None) -> Iterator[re.Pattern[str]]:
     """The rules' patterns that may match `text`, in order (see INSTRUCTION_RULES). `present`: the rule words
-    found in `text` (`_present_words`), when the caller tries several rule lists on the same text."""
-    if not text.isascii():
-        yield from (regex for regex, _ in rules)
-        return
+    found in `text` (`_present_words`), when the caller tries several rule lists on the same text.
+
+    Text beyond ASCII is prefiltered on its case-folded form, and the patterns without words (other scripts)
+    always run. A match whose letters fold to something else than the word (a dotted capital I folds to
+    "i" plus a combining dot) is skipped in that view and found in the Latin-skeleton view, which
+    `disguises.views` adds for any such text and which drops the combining marks."""
     if present is None:
-        folded = text.lower()
-        yield from (regex for regex, words in rules if any(word in folded for word in words))
-        return
-    yield from (regex for regex, words in rules if not present.isdisjoint(words))
+        present = _present_words(text)
+    ascii = text.isascii()
+    yield from (regex for regex, words in rules if (not words and not ascii) or not present.isdisjoint(words))
 
 
 def _present_words(text: str) -> frozenset[str]:
-    """Which of all the rules' words occur in an ASCII text: each word looked for once, not once per rule."""
-    if not text.isascii():
-        return frozenset()
-    folded = text.lower()
+    """Which of all the rules' words occur in a text (lower-cased, or case-folded beyond ASCII): each word looked
+    for once, not once per rule."""
+    folded = text.lower() if text.isascii() else text.casefold()
     return frozenset(word for word in _ALL_WORDS if word in folded)
 
 
