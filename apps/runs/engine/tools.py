@@ -319,7 +319,7 @@ def _dispatched(store: Any, *, agent: dict[str, Any], tool: dict[str, Any] | Non
                         error=payload["text"] if result.is_error else "",  # redacted, then cut, by the store
                         error_class="business" if result.is_error else "", findings=findings, defer=True)
     store.audit_call(row, agent=agent, tool=tool)
-    store.read_result(row.qualified_name, payload.get("text", ""))
+    store.read_result(row.id, row.qualified_name, payload.get("text", ""))
     if findings:
         store.event("tool.finding", tool_call_id=str(row.id), tool=row.qualified_name,
                     findings=[{"code": f["code"], "severity": f["severity"], "message": f["message"]}
