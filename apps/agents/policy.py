@@ -19,6 +19,9 @@ GrantPolicy = Literal["auto", "approve", "deny"]
 RISKS = ("read", "write", "dangerous")
 TIERS = ("official", "internal", "third_party")
 WRITES = {"write", "dangerous"}
+# Holds caused by what the run read rather than by the tool or the grant: a crew may deny these instead.
+UNTRUSTED_RULES = ("tainted", "tainted_open_world", "unrequested_destination", "copied_from_results")
+ON_UNTRUSTED = ("hold", "deny")
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,12 @@ class CallFacts:
     open_world: bool = False  # the tool reaches the open internet (fetch, search): its arguments can carry data out
     taint_source: str = ""  # what tainted the run ("the result of web.fetch (call 3f2a...)"), for the reason
     standing_approval: bool = False  # a person's standing approval matches this call
+    # Provenance of a write's arguments (apps.registry.provenance), worked out by the engine: destinations the
+    # run's request never mentions, arguments copied from a tool result.
+    unrequested: tuple[str, ...] = ()
+    copied: tuple[str, ...] = ()
+    copied_source: str = ""  # the tool whose result they came from
+    on_untrusted: str = "hold"  # the crew's choice for calls held because of untrusted content: hold or deny
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,10 @@ def decide(facts: CallFacts) -> PolicyDecision:
         return denial
     holds = _human_required(facts)
     if holds:
+        untrusted = next((h for h in holds if h[0] in UNTRUSTED_RULES), None)
+        if untrusted is not None and facts.on_untrusted == "deny":
+            return PolicyDecision("deny", f"{untrusted[1]} This crew denies such calls instead of holding them "
+                                          "(untrusted content: deny).", f"{untrusted[0]}_denied")
         return PolicyDecision("hold", holds[0][1], holds[0][0])
     grant_holds = _grant_holds(facts)
     if grant_holds:
@@ -108,6 +121,17 @@ def _human_required(f: CallFacts) -> list[tuple[str, str]]:
         holds.append(("tainted_open_world", f"This run has read untrusted content{_source(f)}, and {f.tool} reaches "
                                             "the open internet, so a person approves each call (its arguments could "
                                             "carry data out)."))
+    if f.arguments is not None and f.risk in WRITES:
+        came = f" (they appear in the result of {f.copied_source})" if f.copied_source else ""
+        of = f" (of {f.copied_source})" if f.copied_source else ""
+        if f.unrequested:
+            holds.append(("unrequested_destination", f"The arguments send to {', '.join(f.unrequested[:5])}, which the "
+                                                     f"run's request never mentions{came}, so a person confirms "
+                                                     "where this goes."))
+        if f.copied:
+            holds.append(("copied_from_results", f"The arguments {', '.join(f.copied[:5])} carry text copied from a "
+                                                 f"tool result{of} that the run's request does not hold, so a "
+                                                 "person checks them."))
     return holds
 
 

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 from django.db.models import Count, Q, QuerySet
 
 from apps.agents.models import Agent, AgentVersion, LlmConnection, ToolGrant
-from apps.agents.policy import CallFacts, PolicyDecision, decide
+from apps.agents.policy import UNTRUSTED_RULES, CallFacts, PolicyDecision, decide
 from apps.agents.prompts import compose_system_prompt
 from apps.core.errors import NotFound
 from apps.registry.definitions import reaches_open_world
@@ -102,6 +102,7 @@ class EffectivePermission:
     grant: ToolGrant
     now: PolicyDecision  # a call in a clean run, before arguments are known
     tainted: PolicyDecision  # the same call after the run has read untrusted content
+    denied_in: tuple[str, ...] = ()  # crews that deny, rather than hold, what `tainted` holds (on_untrusted)
 
     @property
     def taints(self) -> str:
@@ -121,8 +122,21 @@ class EffectivePermission:
 
 def effective_permissions(agent: Agent) -> list[EffectivePermission]:
     """For each granted tool, what the engine's policy point will decide and why (a dry run of `decide`)."""
-    return [EffectivePermission(g, decide(call_facts(g)), decide(call_facts(g, tainted=True)))
-            for g in agent_grants(agent)]
+    denying = crews_denying_untrusted(agent)
+    out = []
+    for g in agent_grants(agent):
+        tainted = decide(call_facts(g, tainted=True))
+        held_for_content = tainted.decision == "hold" and tainted.rule in UNTRUSTED_RULES
+        out.append(EffectivePermission(g, decide(call_facts(g)), tainted, denying if held_for_content else ()))
+    return out
+
+
+def crews_denying_untrusted(agent: Agent) -> tuple[str, ...]:
+    """Names of the crews using this agent whose calls held for untrusted content are denied instead."""
+    names = set(agent.crew_tasks.filter(crew__on_untrusted="deny").values_list("crew__name", flat=True))
+    names |= set(agent.crew_memberships.filter(crew__on_untrusted="deny").values_list("crew__name", flat=True))
+    names |= set(agent.supervised_crews.filter(on_untrusted="deny").values_list("name", flat=True))
+    return tuple(sorted(names))
 
 
 def system_prompt(agent: Agent) -> str:

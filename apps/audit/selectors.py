@@ -50,3 +50,8 @@ def verify_chain(*, org_id: UUID) -> ChainCheck:
         prev = event.hash
         checked += 1
     return ChainCheck(intact=True, checked=checked)
+
+
+def last_event(*, org_id: UUID, action: str, target_id: str) -> AuditEvent | None:
+    """The newest event of one action on one target (who last changed a setting, and when)."""
+    return AuditEvent.objects.filter(org_id=org_id, action=action, target_id=target_id).order_by("-seq").first()

@@ -33,6 +33,12 @@ class Crew(TenantModel):
     approval_ttl_hours = models.PositiveIntegerField(default=24)
     # Separation of duties: the person who started a run may not approve its held calls.
     separation_of_duties = models.BooleanField(default=False)
+    # A call held because of what the run read (a tainted run, a destination the request never named, text
+    # copied from a tool result): hold it for a person, or deny it outright. Per crew, beside the other
+    # approval settings: the crew's owner knows whether anyone watches its inbox (an unattended nightly crew
+    # is better denied than left waiting), and each crew's runs carry it in their snapshot.
+    on_untrusted = models.CharField(max_length=8, choices=[("hold", "Hold for a person"), ("deny", "Deny")],
+                                    default="hold")
     enabled = models.BooleanField(default=True)
     version = models.PositiveIntegerField(default=1)
 

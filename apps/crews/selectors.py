@@ -53,7 +53,7 @@ def crew_snapshot(crew: Crew) -> dict[str, Any]:
         "max_hops": crew.max_hops, "max_tool_calls": crew.max_tool_calls, "timeout_s": crew.timeout_s,
         "token_budget": crew.token_budget, "budget_usd": None if crew.budget_usd is None else str(crew.budget_usd),
         "approvals_required": crew.approvals_required, "approval_ttl_hours": crew.approval_ttl_hours,
-        "separation_of_duties": crew.separation_of_duties,
+        "separation_of_duties": crew.separation_of_duties, "on_untrusted": crew.on_untrusted,
         "enabled": crew.enabled,
     }
 

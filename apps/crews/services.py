@@ -12,6 +12,7 @@ from django.db import transaction
 from apps.accounts.actors import Actor
 from apps.agents import selectors as agents
 from apps.agents.models import Agent
+from apps.agents.policy import ON_UNTRUSTED
 from apps.audit import services as audit
 from apps.core.errors import NotFound, ValidationFailed
 from apps.crews import selectors, validation
@@ -19,7 +20,7 @@ from apps.crews.models import Crew, CrewMember, CrewTask, CrewVersion, Process
 
 CREW_FIELDS = ("name", "description", "process", "supervisor_agent_id", "tasks", "members", "routing_rules",
                "inputs", "max_hops", "max_tool_calls", "timeout_s", "token_budget", "budget_usd", "approvals_required",
-               "approval_ttl_hours", "separation_of_duties")
+               "approval_ttl_hours", "separation_of_duties", "on_untrusted")
 LIMITS = {"max_hops": (1, 100, 6), "max_tool_calls": (1, 1000, 50), "timeout_s": (10, 86400, 900),
           "approvals_required": (1, 10, 1), "approval_ttl_hours": (1, 720, 24)}
 
@@ -79,6 +80,14 @@ def _clean_tasks(raw_tasks: list[Any], org_id: UUID, errors: dict[str, str]) -> 
     return tasks
 
 
+def _clean_on_untrusted(values: dict[str, Any], errors: dict[str, str]) -> str:
+    value = values.get("on_untrusted") or "hold"
+    if value not in ON_UNTRUSTED:
+        errors["on_untrusted"] = "Choose hold or deny."
+        return "hold"
+    return value
+
+
 def _clean_flag(values: dict[str, Any], key: str, errors: dict[str, str]) -> bool:
     value = values.get(key, False)
     if value in (None, ""):
@@ -105,7 +114,8 @@ def _clean_crew(values: dict[str, Any], *, org_id: UUID, crew: Crew | None) -> d
     clean: dict[str, Any] = {"name": name, "description": str(values.get("description") or "").strip(),
                              "process": process, "inputs": inputs, "supervisor": None, "tasks": [], "members": [],
                              "routing_rules": [], **_clean_limits(values, errors),
-                             "separation_of_duties": _clean_flag(values, "separation_of_duties", errors)}
+                             "separation_of_duties": _clean_flag(values, "separation_of_duties", errors),
+                             "on_untrusted": _clean_on_untrusted(values, errors)}
     if process == Process.SEQUENTIAL:
         clean["tasks"] = _clean_tasks(values.get("tasks") or [], org_id, errors)
         if not clean["tasks"]:
@@ -193,7 +203,7 @@ def _current_values(crew: Crew) -> dict[str, Any]:
         "max_hops": crew.max_hops, "max_tool_calls": crew.max_tool_calls, "timeout_s": crew.timeout_s,
         "token_budget": crew.token_budget, "budget_usd": crew.budget_usd,
         "approvals_required": crew.approvals_required, "approval_ttl_hours": crew.approval_ttl_hours,
-        "separation_of_duties": crew.separation_of_duties,
+        "separation_of_duties": crew.separation_of_duties, "on_untrusted": crew.on_untrusted,
     }
 
 

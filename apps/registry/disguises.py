@@ -24,6 +24,8 @@ BASE64_RUN = re.compile(r"[A-Za-z0-9+/_-]{24,}={0,2}")
 HEX_RUN = re.compile(r"[0-9A-Fa-f]{32,}|(?:\\x[0-9A-Fa-f]{2}){12,}|(?:[0-9A-Fa-f]{2}[ :]){15,}[0-9A-Fa-f]{2}")
 URL_ESCAPE = re.compile(r"%[0-9A-Fa-f]{2}")
 HTML_ENTITY = re.compile(r"&(#\d{2,7}|#x[0-9A-Fa-f]{2,6}|[A-Za-z]{2,10});")
+TAG_CHARS = re.compile("[\U000e0020-\U000e007e]")
+TAG_TO_ASCII = {0xE0000 + c: c for c in range(0x20, 0x7F)}
 MAX_RUNS = 20  # encoded runs decoded per text
 MAX_RUN = 64 * 1024  # characters of one encoded run
 MAX_DEPTH = 2  # base64 inside base64 is decoded once more, no further
@@ -73,6 +75,8 @@ def views(text: str, *, depth: int = 0) -> Iterator[tuple[str, str]]:
     yield "", text
     plain = text
     if not text.isascii():
+        if TAG_CHARS.search(text):  # a text spelt in tag characters reads as ASCII to a model, invisible to people
+            yield "tag characters", text.translate(TAG_TO_ASCII)
         shown = visible(text)
         plain = shown.casefold()
         yield "unicode", plain

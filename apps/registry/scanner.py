@@ -85,6 +85,16 @@ INSTRUCTION_RULES += [
      r"job|purpose|priority)\b", ("your",)),
     (r"\b(do\s+not|don'?t|no\s+need\s+to|never)\s+(ask|wait)\s+(for\s+|the\s+user\s+(for\s+)?)?(confirmation|approval|"
      r"permission|consent)", ("ask", "wait")),
+    # a model addressed by name, or told what to do before (or instead of) the task it was given
+    (r"\bto\s+you\s*,?\s+(gpt|chatgpt|claude|gemini|llama|mistral|copilot|the\s+(ai|assistant|agent|model|llm))\b",
+     ("you",)),
+    (r"\bbefore\s+you\s+(can\s+|start\s+|begin\s+|continue\s+|proceed\s+(with\s+)?|go\s+on\s+(with\s+)?)?"
+     r"(solve|do|complete|finish|answer|handle|work\s+on|start|begin|continue|proceed\s+with)?\s*(the|your|this|my|that)"
+     r"\s+(original\s+|actual\s+|main\s+|current\s+)?(task|request|question|assignment|job)\b", ("before",)),
+    (r"\b(the|your)\s+(original\s+)?(task|request|question|assignment)\s+(that\s+|which\s+)?(i|we|the\s+user)\s+"
+     r"(gave|assigned|asked|set|sent)\s+(to\s+)?you\b", ("task", "request", "question", "assignment")),
+    (r"<\s*/?\s*(information|instruction|admin|assistant|tool_?call|context_?override)\s*>",
+     ("information", "instruction", "admin", "assistant", "tool")),
 ]
 INSTRUCTION_PATTERNS = [pattern for pattern, _ in INSTRUCTION_RULES]
 # A claim of authority the text does not have: approval or orders from the user, an admin, the system.
@@ -137,6 +147,13 @@ EXFILTRATION_RULES = [
     (r"\b(sende|senden|schicke|schicken|leite|leiten|[üu]e?bertrage)\b.{0,60}\b(an|zu)\s+[\w.+-]+@",
      ("send", "schick", "leite", "bertrage")),
     (r"(发送|转发|上传|发给).{0,40}@|(отправ|перешл|пересл)\w*.{0,60}@|(送信|転送)して.{0,40}@", ()),
+    # a sentence that orders something sent, moved or shared to a destination it names (an email address, an
+    # IBAN-like account, a web address): the whole ask is in it, whoever it is addressed to
+    (r"(?:^|[.!?:;]\s+|\n)\s*(?:please\s+|now\s+|then\s+|also\s+|immediately\s+)?(send|transfer|wire|forward|e-?mail|"
+     r"post|upload|share|invite|concatenate|copy|move)\b[^.!?\n]{0,200}?([\w.+-]+@[\w-]+\.[\w.-]+|"
+     r"\b[a-z]{2}\d{2}[a-z0-9]{10,30}\b|\bwww\.[\w-]+\.|\bhttps?://)",
+     ("send", "transfer", "wire", "forward", "mail", "post", "upload", "share", "invite", "concatenate", "copy",
+      "move")),
 ]
 # Demands that the model use a tool (or move money, delete data) the task never asked for.
 TOOL_DEMAND_RULES = [
@@ -200,22 +217,22 @@ _SECRET_RES = [(re.compile(p, re.IGNORECASE), words) for p, words in SECRET_RULE
 def _candidates(rules: list[tuple[re.Pattern[str], tuple[str, ...]]], text: str,
                 present: frozenset[str] | None = None) -> Iterator[re.Pattern[str]]:
     """The rules' patterns that may match `text`, in order (see INSTRUCTION_RULES). `present`: the rule words
-    found in `text` (`_present_words`), when the caller tries several rule lists on the same text."""
-    if not text.isascii():
-        yield from (regex for regex, _ in rules)
-        return
+    found in `text` (`_present_words`), when the caller tries several rule lists on the same text.
+
+    Text beyond ASCII is prefiltered on its case-folded form, and the patterns without words (other scripts)
+    always run. A match whose letters fold to something else than the word (a dotted capital I folds to
+    "i" plus a combining dot) is skipped in that view and found in the Latin-skeleton view, which
+    `disguises.views` adds for any such text and which drops the combining marks."""
     if present is None:
-        folded = text.lower()
-        yield from (regex for regex, words in rules if any(word in folded for word in words))
-        return
-    yield from (regex for regex, words in rules if not present.isdisjoint(words))
+        present = _present_words(text)
+    ascii = text.isascii()
+    yield from (regex for regex, words in rules if (not words and not ascii) or not present.isdisjoint(words))
 
 
 def _present_words(text: str) -> frozenset[str]:
-    """Which of all the rules' words occur in an ASCII text: each word looked for once, not once per rule."""
-    if not text.isascii():
-        return frozenset()
-    folded = text.lower()
+    """Which of all the rules' words occur in a text (lower-cased, or case-folded beyond ASCII): each word looked
+    for once, not once per rule."""
+    folded = text.lower() if text.isascii() else text.casefold()
     return frozenset(word for word in _ALL_WORDS if word in folded)
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
 from django.core.exceptions import ValidationError
 from django.db.models import Count, F, Q, QuerySet
 
+from apps.audit import selectors as audit_selectors
 from apps.core.errors import NotFound
 from apps.registry.models import McpServer, Risk, Tool, ToolState, Transport
 
@@ -80,3 +82,20 @@ def get_tool_by_qualified_name(*, org_id: UUID | str, qualified_name: str) -> To
     if tool is None:
         raise NotFound(f"No tool named {qualified_name!r}.")
     return tool
+
+
+@dataclass(frozen=True)
+class TrustedOutputSetting:
+    """Who marked a server's or a tool's output trusted, and when (from the audit log)."""
+
+    by: str
+    at: datetime
+
+
+def trusted_output_setting(target: McpServer | Tool) -> TrustedOutputSetting | None:
+    """For a server or a tool whose output is trusted, who set it and when; None when it is not trusted."""
+    if not target.trusted_output:
+        return None
+    action = "server.trusted_output_changed" if isinstance(target, McpServer) else "tool.trusted_output_changed"
+    event = audit_selectors.last_event(org_id=target.org_id, action=action, target_id=str(target.pk))
+    return TrustedOutputSetting(by=event.actor_label, at=event.created_at) if event is not None else None

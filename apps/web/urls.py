@@ -81,9 +81,11 @@ urlpatterns = [
     path("servers/<uuid:server_id>/toggle/", servers.server_toggle, name="server_toggle"),
     path("servers/<uuid:server_id>/requests/", servers.server_requests, name="server_requests"),
     path("servers/<uuid:server_id>/delete/", servers.server_delete, name="server_delete"),
+    path("servers/<uuid:server_id>/trusted-output/", servers.server_trusted_output, name="server_trusted_output"),
     path("tools/<uuid:tool_id>/", servers.tool, name="tool"),
     path("tools/<uuid:tool_id>/pin/", servers.tool_pin, name="tool_pin"),
     path("tools/<uuid:tool_id>/update/", servers.tool_update, name="tool_update"),
+    path("tools/<uuid:tool_id>/trusted-output/", servers.tool_trusted_output, name="tool_trusted_output"),
     # Agents, LLM connections and crews
     path("agents/", agents.agent_list, name="agents"),
     path("agents/new/", agents.agent_new, name="agent_new"),

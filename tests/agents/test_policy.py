@@ -81,3 +81,23 @@ def test_the_form_refuses_what_policy_forbids(risk, tier, state, policy, refused
         assert problem is None
     else:
         assert refused in problem
+
+
+def _write(**values) -> CallFacts:
+    base = dict(tool="inbox.send", risk="write", state="active", pinned=True, trust_tier="internal", grant="auto",
+                arguments={"to": "x@example.com"})
+    return CallFacts(**{**base, **values})
+
+
+def test_a_crew_that_denies_untrusted_content_denies_only_the_holds_caused_by_what_the_run_read():
+    assert decide(_write(tainted=True, on_untrusted="deny")).rule == "tainted_denied"
+    assert decide(_write(tainted=True, on_untrusted="deny")).decision == "deny"
+    unrequested = decide(_write(unrequested=("to: x@example.com",), copied_source="inbox.read", on_untrusted="deny"))
+    assert (unrequested.decision, unrequested.rule) == ("deny", "unrequested_destination_denied")
+    assert "inbox.read" in unrequested.reason
+    # A dangerous tool in a clean run is held as ever: the crew's setting is about untrusted content only.
+    assert decide(_write(risk="dangerous", on_untrusted="deny")).decision == "hold"
+    # Provenance holds are for writes: a read with the same arguments runs.
+    assert decide(_write(risk="read", unrequested=("to: x@example.com",))).decision == "allow"
+    held = decide(_write(copied=("body",)))
+    assert (held.decision, held.rule) == ("hold", "copied_from_results")

@@ -120,6 +120,7 @@ class PermissionOut(Schema):
     reason: str
     decision_when_tainted: str
     reason_when_tainted: str
+    denied_when_tainted_in: list[str]  # crews that deny this call instead of holding it (on_untrusted: deny)
     taints_run: str  # why reading its result taints a run, '' when it does not
     trusted_output: bool  # an admin vouches for its output (server or tool)
 
@@ -182,7 +183,8 @@ def effective_permissions(request, agent_id: UUID):
     agent = selectors.get_agent(org_id=request.auth.org_id, agent_id=agent_id)
     return [{"tool": p.grant.tool.qualified_name, "policy": p.grant.policy, "condition": p.grant.condition,
              "decision": p.now.decision, "reason": p.now.reason, "decision_when_tainted": p.tainted.decision,
-             "reason_when_tainted": p.tainted.reason, "taints_run": p.taints, "trusted_output": p.trusted_output}
+             "reason_when_tainted": p.tainted.reason, "denied_when_tainted_in": list(p.denied_in),
+             "taints_run": p.taints, "trusted_output": p.trusted_output}
             for p in selectors.effective_permissions(agent)]
 
 

@@ -50,6 +50,7 @@ class CrewOut(Schema):
     approvals_required: int
     approval_ttl_hours: int
     separation_of_duties: bool
+    on_untrusted: Literal["hold", "deny"]
     enabled: bool
     version: int
     created_at: datetime
@@ -87,6 +88,10 @@ class CrewIn(Body):
     approval_ttl_hours: int = 24
     separation_of_duties: bool = Field(False, description="The person who started a run may not approve its "
                                                           "held calls.")
+    on_untrusted: Literal["hold", "deny"] = Field("hold", description="What happens to a call held because of "
+                                                  "what the run read (a tainted run, a destination the request "
+                                                  "never named, text copied from a tool result): hold it for a "
+                                                  "person, or deny it.")
 
 
 class CrewPatch(Body):
@@ -106,6 +111,7 @@ class CrewPatch(Body):
     approvals_required: int | None = None
     approval_ttl_hours: int | None = None
     separation_of_duties: bool | None = None
+    on_untrusted: Literal["hold", "deny"] | None = None
     enabled: bool | None = None
 
 

@@ -40,7 +40,25 @@ class ServerOut(Schema):
     allow_elicitation: bool  # may ask people for input mid-call (a form in the inbox)
     allow_sampling: bool  # may run the calling agent's model, counted to its run
     hold_sampling: bool  # sampling waits for a person's approval first
+    trusted_output_set_by: str  # who marked it trusted ('' when not trusted)
+    trusted_output_set_at: datetime | None
     created_at: datetime
+
+
+    @staticmethod
+    def resolve_trusted_output_set_by(obj) -> str:
+        setting = selectors.trusted_output_setting(obj)
+        return setting.by if setting else ""
+
+    @staticmethod
+    def resolve_trusted_output_set_at(obj) -> datetime | None:
+        setting = selectors.trusted_output_setting(obj)
+        return setting.at if setting else None
+
+
+class TrustedOutputIn(Body):
+    trusted: bool = Field(description="True: its results do not taint a run by where they come from (a scanner "
+                                      "finding still does). Admins only; audited.")
 
 
 class ServerIn(Body):
@@ -129,3 +147,10 @@ def set_requests(request, server_id: UUID, payload: RequestsIn):
 @router.post("/{server_id}/sync", response=SyncOut, summary="Connect now and refresh tools, resources and prompts")
 def sync_server(request, server_id: UUID):
     return services.sync_server(actor=request.auth, server_id=server_id)
+
+
+@router.post("/{server_id}/trusted-output", response=ServerOut,
+             summary="Mark (or unmark) the output of every tool of this server as trusted")
+def set_trusted_output(request, server_id: UUID, payload: TrustedOutputIn):
+    services.set_trusted_output(actor=request.auth, server_id=server_id, trusted=payload.trusted)
+    return selectors.get_server(org_id=request.auth.org_id, server_id=server_id)

@@ -7,6 +7,7 @@ from ninja.pagination import paginate
 
 from apps.api.bodies import Body
 from apps.api.pagination import Pagination
+from apps.api.routers.servers import TrustedOutputIn
 from apps.registry import selectors, services
 from apps.registry.models import Risk, ToolState
 
@@ -40,10 +41,23 @@ class ToolOut(Schema):
     pinned_by: str
     findings: list[FindingOut]
     diff: str
+    trusted_output: bool  # an admin vouches for this tool's results (the server's setting is separate)
+    trusted_output_set_by: str
+    trusted_output_set_at: datetime | None
 
     @staticmethod
     def resolve_diff(obj) -> str:
         return services.tool_diff(obj)
+
+    @staticmethod
+    def resolve_trusted_output_set_by(obj) -> str:
+        setting = selectors.trusted_output_setting(obj)
+        return setting.by if setting else ""
+
+    @staticmethod
+    def resolve_trusted_output_set_at(obj) -> datetime | None:
+        setting = selectors.trusted_output_setting(obj)
+        return setting.at if setting else None
 
 
 class ToolFilters(Schema):
@@ -79,3 +93,9 @@ def update_tool(request, tool_id: UUID, payload: ToolPatch):
 @router.post("/{tool_id}/pin", response=ToolOut, summary="Approve the current definition; lifts a quarantine")
 def pin_tool(request, tool_id: UUID):
     return services.pin_tool(actor=request.auth, tool_id=tool_id)
+
+
+@router.post("/{tool_id}/trusted-output", response=ToolOut, summary="Mark (or unmark) this tool's output as trusted")
+def set_trusted_output(request, tool_id: UUID, payload: TrustedOutputIn):
+    services.set_trusted_output(actor=request.auth, tool_id=tool_id, trusted=payload.trusted)
+    return selectors.get_tool(org_id=request.auth.org_id, tool_id=tool_id)

@@ -30,8 +30,10 @@ IDEMPOTENCY_ARGS = ("idempotency_key", "request_id")
 
 
 def facts(tool: dict[str, Any] | None, grant: dict[str, Any] | None, *, name: str, arguments: dict | None,
-          tainted: bool, live: Any = None, standing_approval: bool = False, taint_source: str = "") -> CallFacts:
-    """CallFacts from the snapshot, overlaid with the registry's live state when given (dispatch)."""
+          tainted: bool, live: Any = None, standing_approval: bool = False, taint_source: str = "",
+          provenance: Any = None, on_untrusted: str = "hold") -> CallFacts:
+    """CallFacts from the snapshot, overlaid with the registry's live state when given (dispatch).
+    `provenance`: an apps.runs.engine.provenance.Provenance of the arguments, when worked out."""
     tool = tool or {}
     state, pinned, risk, tier = tool.get("state", "removed"), tool.get("pinned", False), tool.get("risk", "write"), \
         tool.get("trust_tier", "third_party")
@@ -43,7 +45,9 @@ def facts(tool: dict[str, Any] | None, grant: dict[str, Any] | None, *, name: st
     return CallFacts(tool=name, risk=risk, state=state, pinned=pinned, trust_tier=tier,
                      grant=(grant or {}).get("policy"), condition=(grant or {}).get("condition", ""),
                      arguments=arguments, tainted=tainted, standing_approval=standing_approval,
-                     open_world=open_world, taint_source=taint_source)
+                     open_world=open_world, taint_source=taint_source, on_untrusted=on_untrusted,
+                     unrequested=getattr(provenance, "unrequested", ()), copied=getattr(provenance, "copied", ()),
+                     copied_source=getattr(provenance, "source", ""))
 
 
 def offered_tools(agent: dict[str, Any], tools: dict[str, dict[str, Any]], *, tainted: bool) -> dict[str, str]:

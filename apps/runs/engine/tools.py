@@ -31,6 +31,7 @@ from apps.runs.engine.errors import LeaseLost, StopRun, backoff_delay
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.limits import REPEAT_LIMIT
 from apps.runs.engine.model import facts
+from apps.runs.engine.provenance import call_provenance
 from apps.runs.engine.results import injected_call_findings, result_payload, scannable_text
 from apps.runs.models import ANSWERED, CallState
 
@@ -110,15 +111,16 @@ def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> Decide
     tool = tools.get(row.qualified_name)
     grant = next((g for g in agent.get("grants", []) if g["tool"] == row.qualified_name), None)
     live = store.live_tool(row.qualified_name) if tool else None
+    known = {"provenance": call_provenance(store, tool=tool, arguments=row.arguments),
+             "on_untrusted": crew.get("on_untrusted", "hold"), "taint_source": store.taint_source()}
     decision = decide(facts(tool, grant, name=row.qualified_name, arguments=row.arguments, tainted=run.tainted,
-                            live=live, taint_source=store.taint_source()))
+                            live=live, **known))
     standing = None
     if decision.decision == "hold" and tool:  # only a hold can be lifted by a person's standing approval
         standing = store.standing_approval(agent=agent, tool=tool, arguments=row.arguments)
         if standing is not None:
             decision = decide(facts(tool, grant, name=row.qualified_name, arguments=row.arguments,
-                                    tainted=run.tainted, live=live, standing_approval=True,
-                                    taint_source=store.taint_source()))
+                                    tainted=run.tainted, live=live, standing_approval=True, **known))
     if decision.decision == "deny":
         store.decide_call(row, state=CallState.DENIED, decision="deny", rule=decision.rule, reason=decision.reason,
                           error_class="permission")
@@ -339,6 +341,7 @@ def _dispatched(store: Any, *, agent: dict[str, Any], tool: dict[str, Any] | Non
                         error=payload["text"] if result.is_error else "",  # redacted, then cut, by the store
                         error_class="business" if result.is_error else "", findings=findings, defer=True)
     store.audit_call(row, agent=agent, tool=tool)
+    store.read_result(row.id, row.qualified_name, payload.get("text", ""))
     if findings:
         store.event("tool.finding", tool_call_id=str(row.id), tool=row.qualified_name,
                     findings=[{"code": f["code"], "severity": f["severity"], "message": f["message"]}

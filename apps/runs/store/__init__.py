@@ -297,6 +297,30 @@ class RunStore(Ledger):
         if text and sum(map(len, kept)) < UNTRUSTED_KEPT:
             kept.append(text[:UNTRUSTED_KEPT])
 
+    def read_results(self) -> list[tuple[str, str]]:
+        """(qualified name, text) of every tool result this run has read, oldest first (capped like the untrusted
+        texts), for the provenance checks of a write (apps.runs.engine.provenance). Asks the database only when
+        called (writes), and adds the results `read_result` noted that may still wait in the store's next
+        transaction; a read step pays nothing for it."""
+        stored = ToolCall.objects.filter(run_id=self.run_id, result__isnull=False).order_by("created_at") \
+            .values_list("id", "qualified_name", "result")
+        seen, out, size = set(), [], 0
+        noted = getattr(self, "_noted_results", [])
+        for call_id, name, result in [*((i, n, (r or {}).get("text") or "") for i, n, r in stored), *noted]:
+            if call_id in seen or not result or size >= UNTRUSTED_KEPT:
+                continue
+            seen.add(call_id)
+            out.append((name, result[:UNTRUSTED_KEPT - size]))
+            size += len(out[-1][1])
+        return out
+
+    def read_result(self, call_id: Any, name: str, text: str) -> None:
+        """Notes a result just read (its completion may be deferred), for `read_results`."""
+        noted = self.__dict__.setdefault("_noted_results", [])
+        room = UNTRUSTED_KEPT - sum(len(t) for _, _, t in noted)
+        if text and room > 0:
+            noted.append((call_id, name, text[:room]))
+
     def taint_source(self) -> str:
         """What tainted the run (the `run.tainted` event's reason), '' when it is clean; read once per store."""
         if not self.run.tainted:

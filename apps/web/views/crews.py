@@ -67,6 +67,7 @@ def _submitted(request: HttpRequest) -> dict[str, Any]:
         if n.strip() or t != "string"]
     values["members"] = post.getlist("members")
     values["separation_of_duties"] = post.get("separation_of_duties") == "1"
+    values["on_untrusted"] = post.get("on_untrusted", "hold")
     values["routing_rules"] = parse_routing_rules(post.get("routing_rules", ""))
     return values
 
@@ -79,6 +80,7 @@ def _crew_values(crew) -> dict[str, Any]:
     values["inputs"] = crew.inputs
     values["members"] = [str(m.agent_id) for m in crew.members.all()]
     values["separation_of_duties"] = crew.separation_of_duties
+    values["on_untrusted"] = crew.on_untrusted
     values["routing_rules"] = crew.routing_rules
     for key in ("token_budget", "budget_usd"):
         values[key] = "" if values[key] is None else values[key]

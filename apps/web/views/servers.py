@@ -100,7 +100,8 @@ def _detail_context(request: HttpRequest, server_id) -> dict:
             # a new server's first sync is queued on registration: watch for it too
             "polling": syncing or (server.status == ServerStatus.NEW and server.enabled),
             "tier_help": TRUST_TIER_HELP.get(server.trust_tier, ""),
-            "can_manage": request.actor.can("servers.manage")}
+            "can_manage": request.actor.can("servers.manage"),
+            "trusted": selectors.trusted_output_setting(server)}
 
 
 def _detail(request: HttpRequest, server_id, template: str = "web/servers/detail.html") -> HttpResponse:
@@ -153,6 +154,25 @@ def server_toggle(request: HttpRequest, server_id) -> HttpResponse:
 
 @require_POST
 @member_required("servers.manage")
+def server_trusted_output(request: HttpRequest, server_id) -> HttpResponse:
+    trusted = request.POST.get("trusted") == "1"
+    services.set_trusted_output(actor=request.actor, server_id=server_id, trusted=trusted)
+    messages.success(request, "Output marked trusted: its results no longer taint a run by where they come from."
+                     if trusted else "Output no longer trusted: its results taint a run again as their source says.")
+    return redirect("web:server", server_id=server_id)
+
+
+@require_POST
+@member_required("servers.manage")
+def tool_trusted_output(request: HttpRequest, tool_id) -> HttpResponse:
+    trusted = request.POST.get("trusted") == "1"
+    services.set_trusted_output(actor=request.actor, tool_id=tool_id, trusted=trusted)
+    messages.success(request, "Output marked trusted." if trusted else "Output no longer trusted.")
+    return redirect("web:tool", tool_id=tool_id)
+
+
+@require_POST
+@member_required("servers.manage")
 def server_delete(request: HttpRequest, server_id) -> HttpResponse:
     services.delete_server(actor=request.actor, server_id=server_id)
     messages.success(request, "Server deleted.")
@@ -162,6 +182,8 @@ def server_delete(request: HttpRequest, server_id) -> HttpResponse:
 def _tool_page(request: HttpRequest, tool_id, status: int = 200, error: str = "") -> HttpResponse:
     tool = selectors.get_tool(org_id=request.actor.org_id, tool_id=tool_id)
     context = {"tool": tool, "diff": services.tool_diff(tool), "risks": Risk.choices, "error": error,
+               "trusted": selectors.trusted_output_setting(tool),
+               "server_trusted": selectors.trusted_output_setting(tool.server),
                "states": [(s, label) for s, label in ToolState.choices if s != ToolState.REMOVED]}
     return render(request, "web/servers/tool.html", context, status=status)
 
