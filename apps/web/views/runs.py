@@ -21,6 +21,7 @@ from apps.runs import history, selectors, services
 from apps.runs.models import RunStatus
 from apps.web.access import member_required
 from apps.web.forms import RunFilterForm
+from apps.web.views.inbox import item_context
 
 PAGE_SIZE = 50
 
@@ -56,13 +57,16 @@ def run_list(request: HttpRequest) -> HttpResponse:
     return render(request, "web/runs/list.html#run-results" if request.htmx else "web/runs/list.html", context)
 
 
+LIVE_EVENTS_SHOWN = 100
+
+
 def run_context(run, actor=None) -> dict:
-    """The header and step tree; with an `actor`, each held call carries that viewer's inline decision card
-    and `can_resolve` says whether they may answer a call whose outcome is unknown."""
+    """Every live panel of the run page (actions, header, step tree, timeline, spend, configuration, events), as
+    the page renders them and as its socket re-renders them. With an `actor`, each held call carries that
+    viewer's inline decision card, `can_resolve` says whether they may answer a call whose outcome is unknown
+    and `can_cancel` whether they may cancel the run."""
     turns = selectors.run_tree(run)
     if actor is not None:
-        from apps.web.views.inbox import item_context
-
         for turn in turns:
             for model_call in turn.model_calls:
                 for tc in model_call.calls:
@@ -71,14 +75,22 @@ def run_context(run, actor=None) -> dict:
                         tc.inline_decision = render_to_string(
                             "web/inbox/_item.html", {**item_context(request, actor), "summary": None,
                                                      "next": reverse("web:run_detail", args=[run.id])})
-    return {"run": run, "turns": turns, "can_resolve": actor is not None and actor.can("approvals.decide")}
+    return {"run": run, "turns": turns, "can_resolve": actor is not None and actor.can("approvals.decide"),
+            "can_cancel": actor is not None and actor.can("runs.start") and not run.is_finished,
+            "live_events": selectors.latest_events(run=run, limit=LIVE_EVENTS_SHOWN), **history_context(run)}
+
+
+def run_panels(*, org_id, run_id, actor) -> str:
+    """The run page's live panels for its socket: each an element with the id the page gives it, which htmx's
+    ws extension swaps in place (out of band)."""
+    run = selectors.get_run(org_id=org_id, run_id=run_id)
+    return render_to_string("web/runs/_live.html", run_context(run, actor))
 
 
 @member_required()
 def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     run = selectors.get_run(org_id=request.actor.org_id, run_id=run_id)
-    context = {**run_context(run, request.actor), "can_cancel": request.actor.can("runs.start") and not run.is_finished,
-               "can_decide": request.actor.can("approvals.decide"), **history_context(run)}
+    context = {**run_context(run, request.actor), "can_decide": request.actor.can("approvals.decide")}
     return render(request, "web/runs/detail.html", context)
 
 
