@@ -8,9 +8,7 @@ MAX_ATTEMPTS, then marked failed; every attempt's outcome is stored on the row.
 
 Each POST is signed: `X-Airlock-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`
 with `X-Airlock-Timestamp: <unix seconds>`; receivers recompute it and refuse old timestamps.
-Webhook URLs go through the registry's egress guard when saved and at every connect (the
-guard, `apps/registry/egress.py`, is a leaf module with no models; it is imported lazily here
-so this app can stay below costs, whose budget alerts call `notify`).
+Webhook URLs go through the egress guard (`apps/core/egress.py`) when saved and at every connect.
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ from django.utils import timezone
 from apps.accounts.actors import Actor
 from apps.audit import services as audit
 from apps.audit.org_secrets import redact_outside
+from apps.core.egress import guarded_transport, save_time_error
 from apps.core.errors import NotFound, ValidationFailed
 from apps.notifications.models import (
     EVENTS,
@@ -102,8 +101,6 @@ def _email_recipients(org_id: UUID | str, event: str) -> list[str]:
 # --- webhooks -------------------------------------------------------------------------------------
 
 def _clean(name: str, url: str, events: list[str]) -> dict[str, Any]:
-    from apps.registry.egress import save_time_error
-
     errors = {}
     name, url = (name or "").strip(), (url or "").strip()
     if not name:
@@ -239,8 +236,6 @@ ANSWER_READ_CHARS = 20_000  # of a receiver's answer; `last_error` keeps its sta
 async def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, str]:
     """(HTTP status, the answer's text on one line)."""
     import httpx2
-
-    from apps.registry.egress import guarded_transport
 
     async with httpx2.AsyncClient(transport=guarded_transport(), timeout=TIMEOUT_S, follow_redirects=False,
                                   trust_env=False) as client:
