@@ -59,9 +59,17 @@ def run_statuses(*, org_id: UUID | str, run_ids: list[str]) -> list[tuple[UUID, 
     return list(Run.objects.filter(org_id=org_id, id__in=run_ids).values_list("id", "status"))
 
 
-def latest_events(*, run: Run, limit: int = 100) -> list[RunEvent]:
-    """The run's newest `limit` events, newest first (the run page's "Live events")."""
-    return list(RunEvent.objects.filter(run=run).order_by("-seq")[:limit])
+def events_after(*, run_id: UUID | str, after: int, limit: int = 1000) -> list[RunEvent]:
+    """A run's events after seq `after`, oldest first (a run page's socket catching up)."""
+    return list(RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit])
+
+
+def latest_events(*, run: Run, limit: int = 100, upto: int | None = None) -> list[RunEvent]:
+    """The run's newest `limit` events (up to seq `upto` when given), newest first (the run page's "Live events")."""
+    events = RunEvent.objects.filter(run=run)
+    if upto is not None:
+        events = events.filter(seq__lte=upto)
+    return list(events.order_by("-seq")[:limit])
 
 
 def run_ledger(run: Run) -> QuerySet[ToolCall]:

@@ -24,6 +24,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.contrib.auth import get_user
 from django.template.loader import render_to_string
+from django.utils.dateparse import parse_datetime
 
 from apps.accounts import selectors
 from apps.accounts.actors import Actor, member_actor
@@ -163,8 +164,8 @@ class OrgConsumer(MemberConsumer):
         if template is None:
             return
         context = {**message["data"], "oob": True}
-        if message["event"] == "inbox.count":
-            context["inbox_count"] = message["data"].get("count", 0)
+        if message["event"] == "inbox.count":  # a nudge: the badge is read here, as the page reads it
+            context["inbox_count"] = await database_sync_to_async(pending_approvals)(org_id=self.org_id)
         if message["event"] == "system.worker_answered":
             context["state"] = "answered"
         if message["event"] == "budget.threshold":
@@ -176,14 +177,22 @@ def _query(scope) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
 
 
+def _events_after(run_id: str, after: int) -> list[dict]:
+    """The run's events after `after`, oldest first: the table is the truth, a nudge only says there is more."""
+    return [{"seq": e.seq, "type": e.type, "at": e.at} for e in runs.events_after(run_id=run_id, after=after)]
+
+
 class RunConsumer(MemberConsumer):
-    """One run's page. On connect, and once per burst of the run's events (`PARTIALS_DELAY_S` after the
-    first nudge of it: rendering is the slow part), re-renders every live panel of the page from the
-    database (web/runs/_live.html). A nudge only says "the run moved": dropped or coalesced nudges lose
-    nothing, because each render reads the whole state."""
+    """One run's page. On connect, every live panel as it stands (web/runs/_live.html). On each nudge,
+    first the events the page has not been sent, added on top of its "Live events" list at once (the
+    event the nudge carries when it is the next one, else read from the table); then, once per burst
+    (`PARTIALS_DELAY_S` after its first nudge: rendering is the slow part, and an event never waits
+    behind it), every panel again, read from the database. Dropped or coalesced nudges lose nothing: a
+    gap sends the socket to the table, and each render reads the whole state."""
 
     render_task: asyncio.Task | None = None
     render_wanted = False
+    last_seq = 0  # the newest event this socket has sent
 
     def page_org_id(self) -> str | None:
         self.run_id = str(self.scope["url_route"]["kwargs"]["run_id"])
@@ -193,7 +202,7 @@ class RunConsumer(MemberConsumer):
         return [run_group(self.run_id)]
 
     async def joined(self) -> None:
-        await self._send_panels()
+        await self._send_panels(first=True)
 
     async def disconnect(self, code: int) -> None:
         await super().disconnect(code)
@@ -201,8 +210,20 @@ class RunConsumer(MemberConsumer):
             self.render_task.cancel()
 
     async def forward(self, message: dict) -> None:
-        if message["event"] == "run.event":
-            self._render_soon()
+        if message["event"] != "run.event":
+            return
+        seq = int(message["data"].get("seq") or 0)
+        if seq > self.last_seq:
+            carried = message["data"].get("carried")
+            if carried is not None and seq == self.last_seq + 1:
+                events = [{**carried, "at": parse_datetime(carried["at"]) if carried.get("at") else None}]
+            else:
+                events = await database_sync_to_async(_events_after)(self.run_id, self.last_seq)
+            events = [e for e in events if e["seq"] > self.last_seq]  # another nudge may have sent them meanwhile
+            if events:
+                self.last_seq = events[-1]["seq"]
+                await self.send(text_data=render_to_string("web/runs/_new_events.html", {"events": events[::-1]}))
+        self._render_soon()
 
     def _render_soon(self) -> None:
         self.render_wanted = True  # also when a render is under way: it may have read the run before this event
@@ -215,10 +236,16 @@ class RunConsumer(MemberConsumer):
             self.render_wanted = False
             await self._send_panels()
 
-    async def _send_panels(self) -> None:
+    async def _send_panels(self, first: bool = False) -> None:
+        """Every panel; its event list only up to the last event this socket added (after the first), so the
+        stream of added events stays the complete one and a render never shows an event twice."""
         if self.membership is None:  # access ended meanwhile
             return
-        html = await database_sync_to_async(run_panels)(org_id=self.org_id, run_id=self.run_id, actor=self.actor)
+        html, newest = await database_sync_to_async(run_panels)(org_id=self.org_id, run_id=self.run_id,
+                                                                actor=self.actor,
+                                                                events_upto=None if first else self.last_seq)
+        if first:
+            self.last_seq = newest
         await self.send(text_data=html)
 
 

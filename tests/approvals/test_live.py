@@ -4,6 +4,7 @@ reconnect catch-up) and on a change, and a 500-event burst ending on the page, o
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from channels.layers import channel_layers
@@ -100,7 +101,16 @@ def test_an_approver_sees_the_inline_decision_form_and_a_viewer_does_not(waiting
     assert 'data-testid="decide-form"' not in run_async(page(viewer.user))
 
 
-def test_a_500_event_burst_ends_with_the_page_showing_its_last_event(layer, waiting_run, builder):
+NEW_EVENTS = '<div hx-swap-oob="afterbegin:#run-event-list">'
+SEQ = re.compile(r'data-seq="(\d+)"')
+
+
+def added_events(frames: list[str]) -> list[int]:
+    """The seqs the socket added on top of the page's event list, oldest first."""
+    return [int(seq) for f in frames if f.startswith(NEW_EVENTS) for seq in SEQ.findall(f)[::-1]]
+
+
+def test_a_500_event_burst_arrives_complete_and_in_order(layer, waiting_run, builder):
     start = waiting_run.last_seq
 
     def burst():
@@ -114,13 +124,15 @@ def test_a_500_event_burst_ends_with_the_page_showing_its_last_event(layer, wait
         await comm.receive_from(timeout=10)  # the page as it stood
         await asyncio.sleep(0.3)  # subscribed, watcher running
         await asyncio.to_thread(burst)
-        frames = await frames_until(comm, lambda f: any(f'data-seq="{start + 500}"' in x for x in f), timeout=120)
+        frames = await frames_until(comm, lambda f: any(not x.startswith(NEW_EVENTS)
+                                                        and f'data-seq="{start + 500}"' in x for x in f), timeout=120)
         await comm.disconnect()
         return frames
 
     frames = run_async(scenario())
+    assert added_events(frames) == list(range(start + 1, start + 501))
     assert f"#{start + 500} test.burst" in frames[-1] and f"#{start + 401} test.burst" in frames[-1]
-    assert len(frames) < 100  # one render per burst, not per event
+    assert sum(not f.startswith(NEW_EVENTS) for f in frames) < 100  # the panels once per burst, not per event
 
 
 def test_a_decision_by_someone_else_replaces_the_item_in_every_open_inbox(layer, waiting_run, org, approver, admin):

@@ -60,11 +60,12 @@ def run_list(request: HttpRequest) -> HttpResponse:
 LIVE_EVENTS_SHOWN = 100
 
 
-def run_context(run, actor=None) -> dict:
+def run_context(run, actor=None, events_upto: int | None = None) -> dict:
     """Every live panel of the run page (actions, header, step tree, timeline, spend, configuration, events), as
     the page renders them and as its socket re-renders them. With an `actor`, each held call carries that
     viewer's inline decision card, `can_resolve` says whether they may answer a call whose outcome is unknown
-    and `can_cancel` whether they may cancel the run."""
+    and `can_cancel` whether they may cancel the run. `events_upto`: show no event after that seq (a socket
+    shows only what it has sent)."""
     turns = selectors.run_tree(run)
     if actor is not None:
         for turn in turns:
@@ -77,14 +78,17 @@ def run_context(run, actor=None) -> dict:
                                                      "next": reverse("web:run_detail", args=[run.id])})
     return {"run": run, "turns": turns, "can_resolve": actor is not None and actor.can("approvals.decide"),
             "can_cancel": actor is not None and actor.can("runs.start") and not run.is_finished,
-            "live_events": selectors.latest_events(run=run, limit=LIVE_EVENTS_SHOWN), **history_context(run)}
+            "live_events": selectors.latest_events(run=run, limit=LIVE_EVENTS_SHOWN, upto=events_upto),
+            **history_context(run)}
 
 
-def run_panels(*, org_id, run_id, actor) -> str:
-    """The run page's live panels for its socket: each an element with the id the page gives it, which htmx's
-    ws extension swaps in place (out of band)."""
+def run_panels(*, org_id, run_id, actor, events_upto: int | None = None) -> tuple[str, int]:
+    """The run page's live panels for its socket (each an element with the id the page gives it, which htmx's
+    ws extension swaps in place, out of band) and the newest event they show."""
     run = selectors.get_run(org_id=org_id, run_id=run_id)
-    return render_to_string("web/runs/_live.html", run_context(run, actor))
+    context = run_context(run, actor, events_upto)
+    newest = context["live_events"][0].seq if context["live_events"] else 0
+    return render_to_string("web/runs/_live.html", context), newest
 
 
 @member_required()
