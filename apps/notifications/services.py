@@ -32,8 +32,10 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.accounts.actors import Actor
+from apps.accounts.models import Membership
 from apps.audit import services as audit
 from apps.audit.org_secrets import redact_outside
+from apps.audit.redaction import redact
 from apps.core.egress import guarded_transport, save_time_error
 from apps.core.errors import NotFound, ValidationFailed
 from apps.notifications.models import (
@@ -63,7 +65,6 @@ def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any]) -> Notifi
     """
     if not EVENT_NAME.match(event):
         raise ValueError(f"Event names are dotted lowercase words, not {event!r}.")
-    from apps.audit.redaction import redact
 
     hooks = [h for h in Webhook.objects.filter(org_id=org_id, enabled=True) if h.wants(event)]
     emails = _email_recipients(org_id, event)
@@ -77,7 +78,7 @@ def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any]) -> Notifi
     ids = [str(d.id) for d in deliveries]
 
     def enqueue() -> None:
-        from apps.notifications import tasks
+        from apps.notifications import tasks  # tasks import this module: a top-level import would be a cycle
 
         for delivery_id in ids:
             tasks.deliver_webhook.delay(delivery_id)
@@ -89,7 +90,6 @@ def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any]) -> Notifi
 
 
 def _email_recipients(org_id: UUID | str, event: str) -> list[str]:
-    from apps.accounts.models import Membership
 
     preference = EmailPreference.objects.filter(org_id=org_id).first()
     if preference is None or event not in preference.events:
@@ -245,7 +245,7 @@ async def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, st
 
 def retry_due_deliveries() -> int:
     """Beat: one attempt for every pending delivery whose time has come. Returns how many were tried."""
-    from apps.notifications import tasks
+    from apps.notifications import tasks  # tasks import this module: a top-level import would be a cycle
 
     due = list(WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=timezone.now())
                .values_list("id", flat=True)[:500])
