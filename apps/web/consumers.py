@@ -202,7 +202,11 @@ class RunConsumer(MemberConsumer):
         return [run_group(self.run_id)]
 
     async def joined(self) -> None:
-        await self._send_panels(first=True)
+        try:  # the newest event the page was rendered with: nothing to send when the run has not moved since
+            rendered = int(_query(self.scope).get("seq", ""))
+        except ValueError:
+            rendered = None
+        await self._send_panels(first=True, unless_at=rendered)
 
     async def disconnect(self, code: int) -> None:
         await super().disconnect(code)
@@ -213,16 +217,17 @@ class RunConsumer(MemberConsumer):
         if message["event"] != "run.event":
             return
         seq = int(message["data"].get("seq") or 0)
-        if seq > self.last_seq:
-            carried = message["data"].get("carried")
-            if carried is not None and seq == self.last_seq + 1:
-                events = [{**carried, "at": parse_datetime(carried["at"]) if carried.get("at") else None}]
-            else:
-                events = await database_sync_to_async(_events_after)(self.run_id, self.last_seq)
-            events = [e for e in events if e["seq"] > self.last_seq]  # another nudge may have sent them meanwhile
-            if events:
-                self.last_seq = events[-1]["seq"]
-                await self.send(text_data=render_to_string("web/runs/_new_events.html", {"events": events[::-1]}))
+        if seq <= self.last_seq:  # already shown (a nudge may arrive after the render that included it)
+            return
+        carried = message["data"].get("carried")
+        if carried is not None and seq == self.last_seq + 1:
+            events = [{**carried, "at": parse_datetime(carried["at"]) if carried.get("at") else None}]
+        else:
+            events = await database_sync_to_async(_events_after)(self.run_id, self.last_seq)
+        events = [e for e in events if e["seq"] > self.last_seq]  # another nudge may have sent them meanwhile
+        if events:
+            self.last_seq = events[-1]["seq"]
+            await self.send(text_data=render_to_string("web/runs/_new_events.html", {"events": events[::-1]}))
         self._render_soon()
 
     def _render_soon(self) -> None:
@@ -236,9 +241,10 @@ class RunConsumer(MemberConsumer):
             self.render_wanted = False
             await self._send_panels()
 
-    async def _send_panels(self, first: bool = False) -> None:
+    async def _send_panels(self, first: bool = False, unless_at: int | None = None) -> None:
         """Every panel; its event list only up to the last event this socket added (after the first), so the
-        stream of added events stays the complete one and a render never shows an event twice."""
+        stream of added events stays the complete one and a render never shows an event twice. `unless_at`: the
+        page already shows the run up to that event (a page just loaded: re-sending would reset its forms)."""
         if self.membership is None:  # access ended meanwhile
             return
         html, newest = await database_sync_to_async(run_panels)(org_id=self.org_id, run_id=self.run_id,
@@ -246,6 +252,8 @@ class RunConsumer(MemberConsumer):
                                                                 events_upto=None if first else self.last_seq)
         if first:
             self.last_seq = newest
+            if unless_at is not None and unless_at == newest:
+                return
         await self.send(text_data=html)
 
 

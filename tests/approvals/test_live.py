@@ -89,6 +89,25 @@ def test_on_connect_the_run_socket_sends_every_panel_as_it_stands(waiting_run, b
     assert "No steps yet" not in frame and "No model calls yet" not in frame
 
 
+def test_a_page_that_already_shows_the_newest_event_gets_nothing_until_the_run_moves(waiting_run, builder):
+    """A page just loaded (`seq` = the newest event it was rendered with) keeps its forms: the socket only
+    sends when the run moves, first the new event, then the panels."""
+    last = waiting_run.last_seq
+
+    async def scenario():
+        comm = communicator(f"/ws/run/{waiting_run.id}/?seq={last}", builder.user)
+        assert (await comm.connect())[0]
+        assert await comm.receive_nothing(timeout=0.5)
+        await asyncio.to_thread(lambda: append_event(waiting_run.id, "test.moved"))
+        frames = await frames_until(comm, lambda f: any(x.startswith("\n") or 'id="run-tree"' in x for x in f))
+        await comm.disconnect()
+        return frames
+
+    frames = run_async(scenario())
+    assert frames[0].startswith(NEW_EVENTS) and f"#{last + 1} test.moved" in frames[0]
+    assert 'id="run-tree"' in frames[-1] and f'data-seq="{last + 1}"' in frames[-1]
+
+
 def test_an_approver_sees_the_inline_decision_form_and_a_viewer_does_not(waiting_run, approver, viewer):
     async def page(user):
         comm = communicator(f"/ws/run/{waiting_run.id}/", user)

@@ -127,9 +127,9 @@ def test_every_panel_of_the_run_page_follows_the_run_live(page: Page, mode_url, 
 
         page.get_by_test_id("inline-decision").get_by_role("button", name="Approve").click()
         wait_until(lambda: ApprovalRequest.objects.get(run_id=run.id).status == "approved", 15, "the decision")
-        finished = in_thread(drive, run.id)  # the worker resumes the run
+        in_thread(drive, run.id)  # the worker's part (or a session worker's, which took the resume first)
+        finished = wait_until(lambda: (r := Run.objects.get(id=run.id)).is_finished and r, 60, "the run to finish")
         assert finished.status == "succeeded", finished.error
-        finished = Run.objects.get(id=run.id)
         assert_finished_page(page, finished)  # live, no reload
         page.reload()
         assert_finished_page(page, finished)
