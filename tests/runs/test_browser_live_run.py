@@ -96,7 +96,7 @@ def assert_finished_page(page: Page, run: Run) -> None:
     expect(page.get_by_role("button", name=CANCEL)).to_have_count(0)
     expect(tree.locator("[data-testid=tool-call][data-state=succeeded]")).to_have_count(3)
     expect(tree).to_contain_text("Refunded.")
-    expect(page.locator(f'#run-events li[data-seq="{run.last_seq}"]')).to_have_count(1)
+    expect(page.get_by_test_id("live-events").locator(f'li[data-seq="{run.last_seq}"]')).to_have_count(1)
     spend = page.get_by_test_id("agent-spend")
     expect(spend).to_contain_text("Refund desk refunds")
     expect(spend.locator("tbody tr", has_text="Refund desk refunds").locator("td").nth(1)).to_have_text("3")
@@ -120,9 +120,10 @@ def test_every_panel_of_the_run_page_follows_the_run_live(page: Page, mode_url, 
         expect(header).to_contain_text(re.compile(r"Status\s*waiting", re.I), timeout=15_000)
         expect(header).to_contain_text(f"{held.tokens_in} / {held.tokens_out}")
         expect(tree.locator("[data-testid=tool-call][data-state=held]")).to_have_count(1)
-        expect(page.locator(f'#run-events li[data-seq="{held.last_seq}"]')).to_contain_text("run.waiting")
         expect(page.get_by_test_id("waterfall")).to_contain_text("orders.get_order_status")
         expect(page.get_by_test_id("agent-spend")).to_contain_text("Refund desk triage")
+        expect(page.get_by_test_id("live-events").locator(f'li[data-seq="{held.last_seq}"]')).to_contain_text(
+            "run.waiting")
         expect(page.get_by_role("button", name=CANCEL)).to_be_visible()
 
         page.get_by_test_id("inline-decision").get_by_role("button", name="Approve").click()
