@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -22,6 +23,11 @@ import time
 from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
+
+# The run page's socket adds new events on top of its event list in a frame that starts so (web/runs/_new_events.html).
+NEW_EVENTS = '<div hx-swap-oob="afterbegin:#run-event-list">'
+EVENT_SEQ = re.compile(r'data-seq="(\d+)"')
+EVENT = re.compile(r'data-seq="(\d+)" data-at="([^"]*)">#\d+ (\S+)')
 
 ROOT = Path(__file__).resolve().parent.parent
 LOGS = ROOT / "var" / "bench" / "logs"
@@ -116,7 +122,9 @@ class Client:
     async def _read(self, ws) -> None:
         async for frame in ws:
             now = time.perf_counter()
-            if isinstance(frame, str) and frame.startswith("{"):
+            if isinstance(frame, str) and frame.startswith(NEW_EVENTS):  # the run page: events added on top
+                self.frames += [(int(seq), now) for seq in EVENT_SEQ.findall(frame)[::-1]]
+            elif isinstance(frame, str) and frame.startswith("{"):  # the floor's consumer (and older trees)
                 try:
                     seq = json.loads(frame).get("seq")
                 except ValueError:

@@ -38,7 +38,7 @@ from urllib.parse import urlparse, urlunparse
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.live import _wait  # noqa: E402
+from bench.live import EVENT, NEW_EVENTS, _wait  # noqa: E402
 from bench.run import RESULTS, quantile  # noqa: E402
 
 DB = "airlock_bench_load"
@@ -237,23 +237,26 @@ class Watchers:
         import websockets
 
         headers = {"Origin": self.base, "Cookie": f"sessionid={self.cookie}"}
-        url = self.base.replace("http://", "ws://") + f"/ws/run/{run_id}/?last_seq=0"
+        url = self.base.replace("http://", "ws://") + f"/ws/run/{run_id}/"
         try:
             async with websockets.connect(url, additional_headers=headers, max_size=None, open_timeout=60) as ws:
                 self.opened_at[run_id] = time.time()
                 opened.append(run_id)
                 if len(opened) == len(self.run_ids):
                     self.connected.set()
+                first = True
                 while not self.stop.is_set():
                     try:
                         frame = await asyncio.wait_for(ws.recv(), 0.5)
                     except TimeoutError:
                         continue
                     now = time.time()
-                    if isinstance(frame, str) and frame.startswith("{"):
-                        event = json.loads(frame)
-                        at = datetime.fromisoformat(event["at"]).timestamp() if event.get("at") else now
-                        self.frames[run_id].append((event["seq"], event["type"], now, at))
+                    # The first frame is the page as it stands (its newest events); then events added on top.
+                    if isinstance(frame, str) and (first or frame.startswith(NEW_EVENTS)):
+                        first = False
+                        for seq, at, type_ in EVENT.findall(frame)[::-1]:
+                            sent = datetime.fromisoformat(at).timestamp() if at else now
+                            self.frames[run_id].append((int(seq), type_, now, sent))
         except Exception as exc:  # counted and reported, never hidden
             self.errors.append(f"{run_id}: {type(exc).__name__}: {exc}")
             self.connected.set()

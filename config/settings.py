@@ -49,7 +49,7 @@ AIRLOCK_ENCRYPTION_KEYS = env_list("AIRLOCK_ENCRYPTION_KEY")
 AIRLOCK_ALLOW_SIGNUP = env_bool("AIRLOCK_ALLOW_SIGNUP", default=DEBUG)
 AIRLOCK_EGRESS_ALLOW_PRIVATE = env_bool("AIRLOCK_EGRESS_ALLOW_PRIVATE", default=False)
 # Internal hosts Airlock may still reach (a local model server, an internal MCP server): host names,
-# addresses or CIDRs, comma-separated, e.g. "ollama.internal,10.0.5.0/24" (apps/registry/egress.py).
+# addresses or CIDRs, comma-separated, e.g. "ollama.internal,10.0.5.0/24" (apps/core/egress.py).
 AIRLOCK_EGRESS_ALLOW = env_list("AIRLOCK_EGRESS_ALLOW")
 AIRLOCK_BASE_URL = os.environ.get("AIRLOCK_BASE_URL", "http://127.0.0.1:8000")
 # Slack's Web API (tests point it at a fake on loopback); every call passes the egress guard.

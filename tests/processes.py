@@ -36,13 +36,14 @@ def test_database_url() -> str:
 
 
 def child_env(**extra: str) -> dict[str, str]:
+    """This session's database and Redis (none when it has none); `extra` wins (REDIS_URL="": embedded)."""
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test", "DATABASE_URL": test_database_url(),
-           "PYTHONUNBUFFERED": "1", **extra}
+           "PYTHONUNBUFFERED": "1"}
     if settings.REDIS_URL:
         env["REDIS_URL"] = settings.REDIS_URL
     else:
         env.pop("REDIS_URL", None)
-    return env
+    return {**env, **extra}
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 30) -> None:

@@ -321,7 +321,7 @@ def configure_identity_provider(*, actor: Actor, name: str, issuer_url: str, cli
     """Creates or updates the organisation's OpenID Connect provider. A blank `client_secret` keeps the
     stored one (it is write-only). Writes IdentityProvider and an `sso.configured` audit event (no secret).
     Raises PermissionDenied (not owner/admin), ValidationFailed (field errors)."""
-    from apps.registry import egress
+    from apps.core import egress
 
     actor.require("members.manage")
     errors: dict[str, str] = {}

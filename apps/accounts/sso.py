@@ -34,7 +34,7 @@ from django.urls import reverse
 
 from apps.accounts import selectors, services
 from apps.accounts.models import IdentityProvider
-from apps.registry import egress
+from apps.core import egress
 
 PROVIDER = "openid_connect"
 CLOCK_SKEW_S = 30

@@ -3,7 +3,7 @@
 Plain values in, a `pydantic_ai.models.Model` out; the engine builds models per process from
 its run snapshot with `build_model`, the connection page's "test connection" button uses
 `check_connection`. Provider HTTP is pydantic-ai's (OpenAI and Anthropic SDKs), never ours, but
-their HTTP client is: it connects through the egress guard (`apps.registry.egress`), which checks
+their HTTP client is: it connects through the egress guard (`apps.core.egress`), which checks
 every connect, redirects included, so a base URL can never reach a loopback, private or metadata
 address the operator did not allow.
 """
@@ -28,7 +28,7 @@ from pydantic_ai.settings import ModelSettings
 
 from apps.agents.scripted import scripted_model
 from apps.audit.redaction import redact_text, values_pattern
-from apps.registry.egress import EgressRefused, guarded_transport, save_time_error
+from apps.core.egress import EgressRefused, guarded_transport, save_time_error
 
 PROVIDERS = ("scripted", "openai", "openai_compatible", "anthropic")
 NEEDS_BASE_URL = {"openai_compatible"}

@@ -8,6 +8,6 @@ class ApprovalsConfig(AppConfig):
     verbose_name = "Approvals"
 
     def ready(self) -> None:
-        from apps.approvals.signals import tool_saved
+        from apps.approvals.signals import tool_saved  # imports services and models: only once apps are loaded
 
         post_save.connect(tool_saved, sender="registry.Tool", dispatch_uid="approvals.tool_saved")

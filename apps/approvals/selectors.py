@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from uuid import UUID
 
 from django.core.exceptions import ValidationError
@@ -53,15 +52,6 @@ def get_approval(*, org_id: UUID | str, approval_id: UUID | str) -> ApprovalRequ
 
 def pending_count(*, org_id: UUID | str) -> int:
     return ApprovalRequest.objects.filter(org_id=org_id, status=ApprovalStatus.PENDING).count()
-
-
-# What else waits for a person in the inbox, added by the apps above this one (runs: tool calls whose
-# outcome is unknown), so the badge counts everything the inbox asks people to do.
-INBOX_COUNTERS: list[Callable[[UUID | str], int]] = []
-
-
-def inbox_count(*, org_id: UUID | str) -> int:
-    return pending_count(org_id=org_id) + sum(counter(org_id) for counter in INBOX_COUNTERS)
 
 
 def run_approvals(*, run_id: UUID | str) -> QuerySet[ApprovalRequest]:

@@ -19,8 +19,10 @@ from apps.approvals import selectors, standing
 from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, ApprovalVote, VoteDecision
 from apps.audit import services as audit
 from apps.core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
-from apps.core.realtime import org_group, publish, publish_after_commit
+from apps.core.realtime import org_group, publish_after_commit
 from apps.notifications.services import notify
+from apps.registry import services as registry
+from apps.registry.definitions import definition_diff
 
 
 def open_request(*, org_id: UUID | str, run_id: UUID | str | None, tool_call_id: UUID | str | None,
@@ -57,11 +59,9 @@ def notification_payload(request: ApprovalRequest) -> dict[str, Any]:
 
 
 def publish_inbox_count(*, org_id: UUID | str) -> None:
-    transaction.on_commit(lambda: _publish_count(org_id))
-
-
-def _publish_count(org_id: UUID | str) -> None:
-    publish(org_group(org_id), "inbox.count", count=selectors.inbox_count(org_id=org_id))
+    """After commit, every open page of the organisation re-reads its inbox badge (`apps.web.badges`, which
+    also counts what later apps put in the inbox: runs' calls with an unknown outcome)."""
+    publish_after_commit(org_group(org_id), "inbox.count")
 
 
 def already_decided(request: ApprovalRequest) -> str:
@@ -168,8 +168,6 @@ def open_definition_change(*, tool: Any) -> ApprovalRequest | None:
     if ApprovalRequest.objects.filter(org_id=tool.org_id, kind=ApprovalKind.DEFINITION_CHANGE, tool_id=tool.id,
                                       status=ApprovalStatus.PENDING, definition_hash=tool.definition_hash).exists():
         return None
-    from apps.registry.definitions import definition_diff
-
     ApprovalRequest.objects.filter(org_id=tool.org_id, kind=ApprovalKind.DEFINITION_CHANGE, tool_id=tool.id,
                                    status=ApprovalStatus.PENDING).update(
         status=ApprovalStatus.EXPIRED, decided_at=timezone.now(), decided_by_label="a newer definition")
@@ -201,8 +199,6 @@ def decide_definition_change(*, actor: Actor, approval_id: UUID | str, decision:
                              comment: str = "") -> ApprovalRequest:
     """Approve pins the tool's current definition (lifting the quarantine); reject keeps it quarantined.
     Admins and owners only. Raises Conflict (decided, or the definition changed again), NotFound."""
-    from apps.registry import services as registry
-
     actor.require("servers.manage")
     if decision not in (VoteDecision.APPROVE, VoteDecision.REJECT):
         raise ValidationFailed("Choose approve or reject.", {"decision": "Choose approve or reject."})

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from apps.approvals import services
+
 
 def tool_saved(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
-    from apps.approvals import services
-
     if raw:
         return
     drifted = bool(instance.pinned_hash) and instance.definition_hash != instance.pinned_hash

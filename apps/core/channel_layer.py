@@ -16,7 +16,10 @@ from datetime import timedelta
 
 from channels.db import database_sync_to_async
 from channels.layers import InMemoryChannelLayer
+from django.db.models import Q
 from django.utils import timezone
+
+from apps.core.models import BroadcastMessage
 
 logger = logging.getLogger(__name__)
 
@@ -79,22 +82,14 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
 
 
 def _insert(group: str, message: dict) -> None:
-    from apps.core.models import BroadcastMessage
-
     BroadcastMessage.objects.create(group=group, payload=message)
 
 
 def _latest_id() -> int:
-    from apps.core.models import BroadcastMessage
-
     return BroadcastMessage.objects.order_by("-id").values_list("id", flat=True).first() or 0
 
 
 def _rows_after(last_id: int) -> list[tuple[int, str, dict]]:
-    from django.db.models import Q
-
-    from apps.core.models import BroadcastMessage
-
     recent = timezone.now() - LATE_COMMIT_WINDOW
     rows = BroadcastMessage.objects.filter(Q(id__gt=last_id) | Q(created_at__gte=recent)).order_by("id")
     return list(rows.values_list("id", "group", "payload")[:1000])

@@ -34,9 +34,12 @@ from collections import OrderedDict
 from typing import Any
 from uuid import UUID
 
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
 from channels_redis.core import RedisChannelLayer
-from django.db import transaction
+from django.db import connections, transaction
+
+from apps.core.channel_layer import DatabaseChannelLayer
 
 logger = logging.getLogger(__name__)
 
@@ -187,12 +190,7 @@ class _Sender:
     @staticmethod
     async def _release_connections() -> None:
         """The embedded layer writes rows from this thread's executor: give its connection back when idle."""
-        from apps.core.channel_layer import DatabaseChannelLayer
-
         if isinstance(get_channel_layer(), DatabaseChannelLayer):
-            from channels.db import database_sync_to_async
-            from django.db import connections
-
             await database_sync_to_async(connections.close_all)()
 
     def flush(self, timeout: float = 5.0) -> bool:

@@ -37,7 +37,7 @@ def answer_worker_check(*, org_id: str, check_id: str, hostname: str) -> None:
 def request_worker_check(*, org_id: str) -> WorkerCheck:
     """Records a check and enqueues a worker round trip; the answer arrives over the org's
     websocket, and stays readable on the check for a page that swapped its waiting message in late."""
-    from apps.core.tasks import check_worker
+    from apps.core.tasks import check_worker  # tasks import this module: a top-level import would be a cycle
 
     with transaction.atomic():
         WorkerCheck.objects.filter(org_id=org_id, created_at__lt=timezone.now() - WORKER_CHECK_RETENTION).delete()

@@ -24,6 +24,8 @@ from uuid import UUID
 from django.db import connection as default_connection
 from django.db.models import Count, Q
 
+from apps.costs.models import DailySpend, UsageRecord
+
 NO_ID = UUID(int=0)
 TABLE = "costs_dailyspend"
 KEY = ("org_id", "day", "crew_id", "agent_id", "provider", "model")
@@ -49,8 +51,6 @@ class FirstCalls:
 
 def first_calls(*, org_id, run_id, agent_id, provider: str, model: str) -> FirstCalls:
     """Asked before the call's usage row is inserted (the engine holds the run's row lock meanwhile)."""
-    from apps.costs.models import UsageRecord
-
     if not run_id:
         return FirstCalls()
     same_agent = Q(agent_id=agent_id) if agent_id else Q(agent_id__isnull=True)
@@ -65,8 +65,6 @@ def increment(*, org_id, day: date, crew_id, agent_id, provider: str, model: str
               cached_tokens: int, output_tokens: int, cost_usd: Decimal | None, firsts: FirstCalls,
               using=None) -> None:
     """Adds one call to its day's row: one upsert, inside the caller's transaction."""
-    from apps.costs.models import DailySpend
-
     conn = using or default_connection
     fields = {f.attname: f for f in DailySpend._meta.concrete_fields}
     values = {"org_id": org_id, "day": day, "crew_id": crew_id or NO_ID, "agent_id": agent_id or NO_ID,
@@ -87,8 +85,6 @@ def rebuild(*, using=None, org_id=None) -> int:
     Returns the number of rollup rows written.
     """
     conn = using or default_connection
-    from apps.costs.models import DailySpend
-
     nil = DailySpend._meta.get_field("crew_id").get_db_prep_save(NO_ID, conn)
     if conn.vendor == "postgresql":
         day = "(created_at AT TIME ZONE 'UTC')::date"

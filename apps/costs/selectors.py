@@ -20,7 +20,7 @@ from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth, TruncWeek
 from django.utils import timezone
 
-from apps.core.errors import ValidationFailed
+from apps.core.errors import NotFound, ValidationFailed
 from apps.costs.models import Budget, BudgetAlert, BudgetScope, DailySpend, ModelPrice, UsageRecord
 from apps.costs.rollup import NO_ID
 
@@ -286,8 +286,6 @@ def org_budgets(*, org_id: UUID | str) -> QuerySet[Budget]:
 
 
 def get_budget(*, org_id: UUID | str, budget_id: UUID | str) -> Budget:
-    from apps.core.errors import NotFound
-
     budget = Budget.objects.filter(org_id=org_id, id=budget_id).first() if _is_uuid(budget_id) else None
     if budget is None:
         raise NotFound("No such budget.")

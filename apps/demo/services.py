@@ -24,9 +24,12 @@ from apps.accounts.actors import system_actor
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
 from apps.core.errors import NotFound
-from apps.demo.agents_and_crews import seed_agents_and_crews
+from apps.crews.models import Crew
+from apps.demo.agents_and_crews import REFUND_DESK, seed_agents_and_crews
 from apps.registry import selectors as registry_selectors
 from apps.registry import services as registry_services
+from apps.runs import services as runs
+from apps.runs.models import Run
 
 DEMO_SLUG = "demo"
 ORDER_DESK_NAME = "orders"
@@ -132,11 +135,6 @@ def _seed_waiting_run(actor) -> bool:
     """Starts one real run of the Refund desk and runs the engine inline, here in this command (no
     worker needed at seed time), until the refund waits in the inbox. Skipped once any run of the
     crew exists."""
-    from apps.crews.models import Crew
-    from apps.demo.agents_and_crews import REFUND_DESK
-    from apps.runs import services as runs
-    from apps.runs.models import Run
-
     crew = Crew.objects.filter(org_id=actor.org_id, name=REFUND_DESK).first()
     if crew is None or Run.objects.filter(org_id=actor.org_id, crew=crew).exists():
         return False

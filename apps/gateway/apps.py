@@ -9,7 +9,7 @@ class GatewayConfig(AppConfig):
 
     def ready(self) -> None:
         # Registry and agent changes reach every gateway process (apps.gateway.changes).
-        from apps.gateway import changes
+        from apps.gateway import changes  # imports models: only once apps are loaded
 
         receivers = [("agents.Agent", changes.agent_changed), ("agents.ToolGrant", changes.grant_changed),
                      ("registry.Tool", changes.registry_changed), ("registry.McpServer", changes.registry_changed)]

@@ -22,6 +22,8 @@ from typing import Any
 
 from django.db import transaction
 
+from apps.core.realtime import publish
+
 logger = logging.getLogger(__name__)
 
 GROUP = "gateway.registry"
@@ -50,8 +52,6 @@ class _Notice:
                 "keys": sorted(self.keys)}
 
     def __call__(self) -> None:
-        from apps.core.realtime import publish
-
         try:
             publish(GROUP, EVENT, **self.data())
         except Exception:  # a lost nudge is caught up by the gateway's slow re-read

@@ -8,9 +8,7 @@ MAX_ATTEMPTS, then marked failed; every attempt's outcome is stored on the row.
 
 Each POST is signed: `X-Airlock-Signature: v1=<hex HMAC-SHA256(secret, "<timestamp>.<body>")>`
 with `X-Airlock-Timestamp: <unix seconds>`; receivers recompute it and refuse old timestamps.
-Webhook URLs go through the registry's egress guard when saved and at every connect (the
-guard, `apps/registry/egress.py`, is a leaf module with no models; it is imported lazily here
-so this app can stay below costs, whose budget alerts call `notify`).
+Webhook URLs go through the egress guard (`apps/core/egress.py`) when saved and at every connect.
 """
 
 from __future__ import annotations
@@ -34,8 +32,11 @@ from django.db.models import F
 from django.utils import timezone
 
 from apps.accounts.actors import Actor
+from apps.accounts.models import Membership
 from apps.audit import services as audit
 from apps.audit.org_secrets import redact_outside
+from apps.audit.redaction import redact
+from apps.core.egress import guarded_transport, save_time_error
 from apps.core.errors import NotFound, ValidationFailed
 from apps.notifications.models import (
     EVENTS,
@@ -66,7 +67,6 @@ def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any]) -> Notifi
     """
     if not EVENT_NAME.match(event):
         raise ValueError(f"Event names are dotted lowercase words, not {event!r}.")
-    from apps.audit.redaction import redact
 
     hooks = [h for h in Webhook.objects.filter(org_id=org_id, enabled=True) if h.wants(event)]
     emails = _email_recipients(org_id, event)
@@ -90,7 +90,7 @@ def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any]) -> Notifi
     ids = [str(d.id) for d in deliveries]
 
     def enqueue() -> None:
-        from apps.notifications import tasks
+        from apps.notifications import tasks  # tasks import this module: a top-level import would be a cycle
 
         for delivery_id in ids:
             tasks.deliver_webhook.delay(delivery_id)
@@ -109,7 +109,6 @@ def _enqueue_slack(org_id: UUID | str, approval_id: str, event: str) -> None:
 
 
 def _email_recipients(org_id: UUID | str, event: str) -> list[str]:
-    from apps.accounts.models import Membership
 
     preference = EmailPreference.objects.filter(org_id=org_id).first()
     if preference is None or event not in preference.events:
@@ -121,8 +120,6 @@ def _email_recipients(org_id: UUID | str, event: str) -> list[str]:
 # --- webhooks -------------------------------------------------------------------------------------
 
 def _clean(name: str, url: str, events: list[str]) -> dict[str, Any]:
-    from apps.registry.egress import save_time_error
-
     errors = {}
     name, url = (name or "").strip(), (url or "").strip()
     if not name:
@@ -259,8 +256,6 @@ async def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, st
     """(HTTP status, the answer's text on one line)."""
     import httpx2
 
-    from apps.registry.egress import guarded_transport
-
     async with httpx2.AsyncClient(transport=guarded_transport(), timeout=TIMEOUT_S, follow_redirects=False,
                                   trust_env=False) as client:
         response = await client.post(url, content=body, headers=headers)
@@ -269,7 +264,7 @@ async def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, st
 
 def retry_due_deliveries() -> int:
     """Beat: one attempt for every pending delivery whose time has come. Returns how many were tried."""
-    from apps.notifications import tasks
+    from apps.notifications import tasks  # tasks import this module: a top-level import would be a cycle
 
     due = list(WebhookDelivery.objects.filter(status=DeliveryStatus.PENDING, next_attempt_at__lte=timezone.now())
                .values_list("id", flat=True)[:500])

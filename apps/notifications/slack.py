@@ -102,7 +102,7 @@ def connection_of(org_id: UUID | str) -> SlackConnection | None:
 
 def client(connection: SlackConnection) -> WebClient:
     """A Web API client for the connection; the API's host is checked by the egress guard first."""
-    from apps.registry.egress import check_url
+    from apps.core.egress import check_url
 
     base_url = settings.AIRLOCK_SLACK_API_URL
     check_url(base_url)

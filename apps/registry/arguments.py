@@ -6,7 +6,7 @@ untrusted content the run read (shown to the person who decides the call).
 Hosts are judged by their form, without DNS: every spelling of an address (decimal, hex, octal, IPv6 with
 a zone id, IPv4-mapped), trailing dots, and the names that always mean this machine or its cloud. A name
 the tool resolves itself cannot be checked from here (the tool's resolver is not ours); the connection
-guard (apps.registry.egress) covers Airlock's own connections.
+guard (apps.core.egress) covers Airlock's own connections.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 
-from apps.registry.egress import _embedded_ipv4, _is_internal
+from apps.core.egress import embedded_ipv4, is_internal
 
 # Any scheme://: the tool decides what it fetches with, so every URL form counts, not only http.
 ARGUMENT_URL = re.compile(r"\b[a-z][a-z0-9+.-]{1,15}://[^\s\"'<>]+", re.IGNORECASE)
@@ -77,7 +77,7 @@ def _host_problem(url: str, *, allow_private: bool) -> str:
     if address is not None:
         if _is_metadata(address):
             return "a link-local or cloud-metadata address, which tools may never be sent to"
-        if _is_internal(address) and not allow_private:
+        if is_internal(address) and not allow_private:
             return "a loopback, private or reserved address, which the egress rules refuse"
         return ""
     if host in METADATA_NAMES:
@@ -103,7 +103,7 @@ def _literal_address(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
 def _is_metadata(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    embedded = _embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else None
+    embedded = embedded_ipv4(address) if isinstance(address, ipaddress.IPv6Address) else None
     if embedded is not None and _is_metadata(embedded):
         return True
     return address in METADATA_ADDRESSES or address.is_link_local

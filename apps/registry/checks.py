@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.core.checks import Error, register
 from django.core.exceptions import ImproperlyConfigured
 
-from apps.registry.egress import allow_list
+from apps.core.egress import allow_list
 
 
 @register()

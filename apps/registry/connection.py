@@ -28,8 +28,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.types import Implementation
 
 from apps.audit.redaction import redact_text, values_pattern
+from apps.core.egress import EgressRefused, check_url, guarded_transport
 from apps.registry import sandbox
-from apps.registry.egress import EgressRefused, check_url, guarded_transport
 from apps.registry.models import McpServer, Transport, TrustTier
 
 CLIENT_INFO = Implementation(name="airlock", version="0.1.0")

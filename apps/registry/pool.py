@@ -79,7 +79,7 @@ class PendingCall:
 
 
 def _enqueue_sync(server_id: str) -> None:
-    from apps.registry import tasks
+    from apps.registry import tasks  # tasks -> services -> connection/pool: a top-level import would be a cycle
 
     tasks.sync_server.delay(server_id)
 

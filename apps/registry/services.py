@@ -16,6 +16,7 @@ from django.utils import timezone
 from apps.accounts.actors import Actor
 from apps.audit import services as audit
 from apps.audit.org_secrets import redact_outside
+from apps.core.egress import save_time_error
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.realtime import org_group, publish_after_commit
 from apps.registry import selectors
@@ -30,7 +31,6 @@ from apps.registry.definitions import (
     server_name_error,
     tool_name_error,
 )
-from apps.registry.egress import save_time_error
 from apps.registry.models import (
     McpServer,
     Risk,

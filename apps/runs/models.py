@@ -120,7 +120,7 @@ class Run(TenantModel):
     @property
     def attention_summary(self) -> str:
         """e.g. "1 write failed, 1 rejected": the run's `attention`, in a few words ("" when there is none)."""
-        from apps.runs.outcome import summary
+        from apps.runs.outcome import summary  # outcome imports these models: a top-level import is a cycle
 
         return summary(self.attention or [])
 

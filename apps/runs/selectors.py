@@ -52,6 +52,33 @@ def run_events(*, run: Run, after: int = 0, limit: int = 1000) -> QuerySet[RunEv
     return RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit]
 
 
+def run_org_id(run_id: UUID | str) -> UUID | None:
+    """The run's organisation, or None (a missing run and another organisation's look the same to a caller
+    that then checks membership)."""
+    try:
+        return Run.objects.filter(id=run_id).values_list("org_id", flat=True).first()
+    except (ValueError, ValidationError):
+        return None
+
+
+def run_statuses(*, org_id: UUID | str, run_ids: list[str]) -> list[tuple[UUID, str]]:
+    """(id, status) of those of `run_ids` that are the organisation's runs."""
+    return list(Run.objects.filter(org_id=org_id, id__in=run_ids).values_list("id", "status"))
+
+
+def events_after(*, run_id: UUID | str, after: int, limit: int = 1000) -> list[RunEvent]:
+    """A run's events after seq `after`, oldest first (a run page's socket catching up)."""
+    return list(RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit])
+
+
+def latest_events(*, run: Run, limit: int = 100, upto: int | None = None) -> list[RunEvent]:
+    """The run's newest `limit` events (up to seq `upto` when given), newest first (the run page's "Live events")."""
+    events = RunEvent.objects.filter(run=run)
+    if upto is not None:
+        events = events.filter(seq__lte=upto)
+    return list(events.order_by("-seq")[:limit])
+
+
 def run_ledger(run: Run) -> QuerySet[ToolCall]:
     return ToolCall.objects.filter(run=run).select_related("step", "approval").order_by("step__position", "position")
 

@@ -1,7 +1,10 @@
 """Websocket consumers: authenticate on connect, then only forward.
 
 A consumer never decides anything and never writes: it turns an event (a name and ids) into
-the same partial the page renders and sends it for htmx to swap out-of-band.
+the same partials the page renders and sends them as HTML; htmx's ws extension swaps each top-level
+element of a message into the page by its id (out of band). That is the browser's only live mechanism.
+Every consumer sends its page's live partials on connect too, so a reconnect (after a drop or a
+restarted web process) catches up with no cursor kept in the browser.
 
 Access is not only checked at connect: every socket also joins its viewer's own group, and when
 their sign-in or membership changes (`ACCESS_CHANGED`) it checks again and closes with 4403, or
@@ -11,7 +14,7 @@ carries on with the new role.
 from __future__ import annotations
 
 import asyncio
-import json
+import uuid
 from importlib import import_module
 from types import SimpleNamespace
 from urllib.parse import parse_qs
@@ -19,16 +22,23 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.contrib.auth import get_user
 from django.template.loader import render_to_string
+from django.utils.dateparse import parse_datetime
 
 from apps.accounts import selectors
 from apps.accounts.actors import Actor, member_actor
 from apps.accounts.models import Membership
+from apps.approvals import selectors as approvals
 from apps.core.realtime import ACCESS_CHANGED, org_group, run_group, user_group
+from apps.costs import selectors as costs
+from apps.runs import selectors as runs
 from apps.web.badges import pending_approvals
+from apps.web.home import dashboard_context
+from apps.web.views.inbox import inbox_filters, item_context, pending_page
+from apps.web.views.runs import run_panels
 
 FORBIDDEN = 4403
-REPLAY_BATCH = 500
 PARTIALS_DELAY_S = 0.1
 
 # event name -> the partial that renders it
@@ -42,8 +52,6 @@ PARTIALS = {
 def _session_user_id(session_key: str | None) -> int | None:
     """Who this session signs in now, read afresh from the session store as a request would be: None
     once it was signed out, or when a password change elsewhere invalidated it."""
-    from django.contrib.auth import get_user
-
     if not session_key:
         return None
     store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
@@ -141,8 +149,6 @@ class MemberConsumer(AsyncWebsocketConsumer):
 
 def _budget_alerts(org_id) -> dict:
     """The banner's context, read as the page's context processor reads it."""
-    from apps.costs import selectors as costs
-
     return {"budget_alerts": costs.recent_alerts(org_id=org_id)}
 
 
@@ -158,8 +164,8 @@ class OrgConsumer(MemberConsumer):
         if template is None:
             return
         context = {**message["data"], "oob": True}
-        if message["event"] == "inbox.count":
-            context["inbox_count"] = message["data"].get("count", 0)
+        if message["event"] == "inbox.count":  # a nudge: the badge is read here, as the page reads it
+            context["inbox_count"] = await database_sync_to_async(pending_approvals)(org_id=self.org_id)
         if message["event"] == "system.worker_answered":
             context["state"] = "answered"
         if message["event"] == "budget.threshold":
@@ -167,60 +173,40 @@ class OrgConsumer(MemberConsumer):
         await self.send(text_data=render_to_string(template, context))
 
 
-def _run_partials(run_id: str, org_id, actor=None) -> str:
-    """The run page's header and step tree, rendered as the page renders them, for an out-of-band swap."""
-    from apps.runs import selectors as runs
-    from apps.web.views.runs import run_context
-
-    run = runs.get_run(org_id=org_id, run_id=run_id)
-    context = {**run_context(run, actor), "oob": True}
-    return (render_to_string("web/runs/_header.html", context) + render_to_string("web/runs/_tree.html", context))
-
-
-def _run_org_id(run_id: str) -> str | None:
-    """The run's organisation, or None (a missing run and another organisation's look the same)."""
-    from apps.runs.models import Run
-
-    return Run.objects.filter(id=run_id).values_list("org_id", flat=True).first()
-
-
-def _events_after(run_id: str, after: int, limit: int = REPLAY_BATCH) -> list[dict]:
-    """The run's events after `after`, in seq order: the table is the truth, the layer only nudges."""
-    from apps.runs.models import RunEvent
-
-    rows = RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")[:limit]
-    return [{"seq": e.seq, "type": e.type, "data": e.data, "at": e.at.isoformat() if e.at else None} for e in rows]
-
-
 def _query(scope) -> dict[str, str]:
     return {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
 
 
+def _events_after(run_id: str, after: int) -> list[dict]:
+    """The run's events after `after`, oldest first: the table is the truth, a nudge only says there is more."""
+    return [{"seq": e.seq, "type": e.type, "at": e.at} for e in runs.events_after(run_id=run_id, after=after)]
+
+
 class RunConsumer(MemberConsumer):
-    """One run's page. On connect, and on every nudge, sends each event after the last one this
-    socket sent, in seq order, as JSON frames: the event the nudge carries when it is the next one,
-    else every event after the last one sent, read from the table. Then the refreshed header and step
-    tree, once per burst (`PARTIALS_DELAY_S` after the first event of it: rendering them is the slow
-    part, and an event frame never waits behind it). The client's `last_seq` makes reloads and
-    reconnects lose nothing; dropped or coalesced layer messages lose nothing either, because a gap
-    sends the socket to the table."""
+    """One run's page. On connect, every live panel as it stands (web/runs/_live.html). On each nudge,
+    first the events the page has not been sent, added on top of its "Live events" list at once (the
+    event the nudge carries when it is the next one, else read from the table); then, once per burst
+    (`PARTIALS_DELAY_S` after its first nudge: rendering is the slow part, and an event never waits
+    behind it), every panel again, read from the database. Dropped or coalesced nudges lose nothing: a
+    gap sends the socket to the table, and each render reads the whole state."""
 
     render_task: asyncio.Task | None = None
     render_wanted = False
+    last_seq = 0  # the newest event this socket has sent
 
     def page_org_id(self) -> str | None:
         self.run_id = str(self.scope["url_route"]["kwargs"]["run_id"])
-        return _run_org_id(self.run_id)
+        return runs.run_org_id(self.run_id)
 
     def page_groups(self) -> list[str]:
         return [run_group(self.run_id)]
 
     async def joined(self) -> None:
-        try:
-            self.last_seq = max(0, int(_query(self.scope).get("last_seq", 0)))
+        try:  # the newest event the page was rendered with: nothing to send when the run has not moved since
+            rendered = int(_query(self.scope).get("seq", ""))
         except ValueError:
-            self.last_seq = 0
-        await self._catch_up()
+            rendered = None
+        await self._send_panels(first=True, unless_at=rendered)
 
     async def disconnect(self, code: int) -> None:
         await super().disconnect(code)
@@ -228,131 +214,129 @@ class RunConsumer(MemberConsumer):
             self.render_task.cancel()
 
     async def forward(self, message: dict) -> None:
+        if message["event"] != "run.event":
+            return
         seq = int(message["data"].get("seq") or 0)
-        if message["event"] != "run.event" or seq <= self.last_seq:
+        if seq <= self.last_seq:  # already shown (a nudge may arrive after the render that included it)
             return
         carried = message["data"].get("carried")
         if carried is not None and seq == self.last_seq + 1:
-            await self.send(text_data=json.dumps(carried, default=str))
-            self.last_seq = seq
-            self._render_soon()
-            return
-        await self._catch_up()
-
-    async def _catch_up(self) -> None:
-        sent = False
-        while True:
+            events = [{**carried, "at": parse_datetime(carried["at"]) if carried.get("at") else None}]
+        else:
             events = await database_sync_to_async(_events_after)(self.run_id, self.last_seq)
-            for event in events:
-                await self.send(text_data=json.dumps(event, default=str))
-                self.last_seq = event["seq"]
-                sent = True
-            if len(events) < REPLAY_BATCH:
-                break
-        if sent:
-            self._render_soon()
+        events = [e for e in events if e["seq"] > self.last_seq]  # another nudge may have sent them meanwhile
+        if events:
+            self.last_seq = events[-1]["seq"]
+            await self.send(text_data=render_to_string("web/runs/_new_events.html", {"events": events[::-1]}))
+        self._render_soon()
 
     def _render_soon(self) -> None:
         self.render_wanted = True  # also when a render is under way: it may have read the run before this event
         if self.render_task is None or self.render_task.done():
-            self.render_task = asyncio.create_task(self._render_partials())
+            self.render_task = asyncio.create_task(self._render_burst())
 
-    async def _render_partials(self) -> None:
+    async def _render_burst(self) -> None:
         while self.render_wanted:
             await asyncio.sleep(PARTIALS_DELAY_S)
             self.render_wanted = False
-            if self.membership is None:  # access ended while it waited
+            await self._send_panels()
+
+    async def _send_panels(self, first: bool = False, unless_at: int | None = None) -> None:
+        """Every panel; its event list only up to the last event this socket added (after the first), so the
+        stream of added events stays the complete one and a render never shows an event twice. `unless_at`: the
+        page already shows the run up to that event (a page just loaded: re-sending would reset its forms)."""
+        if self.membership is None:  # access ended meanwhile
+            return
+        html, newest = await database_sync_to_async(run_panels)(org_id=self.org_id, run_id=self.run_id,
+                                                                actor=self.actor,
+                                                                events_upto=None if first else self.last_seq)
+        if first:
+            self.last_seq = newest
+            if unless_at is not None and unless_at == newest:
                 return
-            html = await database_sync_to_async(_run_partials)(self.run_id, self.org_id, self.actor)
-            await self.send(text_data=html)
+        await self.send(text_data=html)
 
 
 # --- the inbox and the run list ----------------------------------------------------------------------
 
-def _since(value: str | None):
-    from django.utils.dateparse import parse_datetime
+def _inbox_list(actor, params: dict) -> tuple[str, list]:
+    """This page's pending items as the page renders them (the list and its empty state), and their ids."""
+    items, shown, _ = pending_page(actor, params)
+    html = (render_to_string("web/inbox/_items.html", {"items": items})
+            + render_to_string("web/inbox/_empty.html", {"items": items}))
+    return html, [r.id for r in shown]
 
-    try:
-        return parse_datetime(value) if value else None
-    except ValueError:
+
+def _inbox_item(actor, filters: dict, approval_id) -> tuple[str, bool] | None:
+    """One item as this viewer sees it (a decided one shows who decided instead of its form) and whether it
+    still waits; None when it is not the organisation's or the page's filters leave it out."""
+    request = approvals.org_approvals(org_id=actor.org_id, **inbox_filters(filters)).filter(id=approval_id).first()
+    if request is None:
         return None
-
-
-def _inbox_frames(actor, filters: dict, approval_ids: list[str] | None = None, since=None) -> list[str]:
-    """Upserts for pending items (added or refreshed) and replacements for decided ones, as JSON frames."""
-    from django.utils import timezone
-
-    from apps.approvals import selectors as approvals
-    from apps.web.views.inbox import inbox_filters, item_context
-
-    rows = approvals.org_approvals(org_id=actor.org_id, **inbox_filters(filters))
-    if approval_ids is not None:
-        rows = rows.filter(id__in=approval_ids)
-    elif since is not None:
-        rows = rows.filter(updated_at__gt=since)
-    else:
-        return []
-    frames, now = [], timezone.now().isoformat()
-    for request in list(rows[:100])[::-1]:
-        html = render_to_string("web/inbox/_item.html", item_context(request, actor))
-        key = "upsert" if request.is_pending else "replace"
-        frames.append(json.dumps({key: f"approval-{request.id}", "into": "#inbox-items", "html": html, "at": now}))
-    return frames
+    return (render_to_string("web/inbox/_item.html", {**item_context(request, actor), "selectable": True}),
+            request.is_pending)
 
 
 class InboxConsumer(MemberConsumer):
-    """The inbox page: every change to an item (new, a vote, decided by someone, expired) re-renders
-    that item's card for this viewer; a decided item shows who decided instead of its form."""
+    """The inbox page: on connect, its pending items; then every change to an item (new, a vote, decided by
+    someone, expired) re-renders that item's card for this viewer, in place when the page shows it, at the
+    top when it is new and waits."""
 
     async def joined(self) -> None:
         query = _query(self.scope)
         self.filters = {k: query[k] for k in ("crew", "agent", "server", "risk", "kind") if query.get(k)}
-        since = _since(query.get("since"))
-        if since is not None:  # a reconnect: what changed while away
-            for frame in await database_sync_to_async(_inbox_frames)(self.actor, self.filters, since=since):
-                await self.send(text_data=frame)
+        # A new item goes where the page's order puts it: last when the oldest come first (the default).
+        self.new_at = "afterbegin" if query.get("sort") == "newest" else "beforeend"
+        html, ids = await database_sync_to_async(_inbox_list)(self.actor, query)
+        self.shown, self.waiting = set(ids), set(ids)
+        await self.send(text_data=html)
 
     async def forward(self, message: dict) -> None:
         if message["event"] != "inbox.changed":
             return
-        frames = await database_sync_to_async(_inbox_frames)(self.actor, self.filters,
-                                                              [message["data"]["approval_id"]])
-        for frame in frames:
-            await self.send(text_data=frame)
+        approval_id = uuid.UUID(str(message["data"]["approval_id"]))
+        item = await database_sync_to_async(_inbox_item)(self.actor, self.filters, approval_id)
+        if item is None:
+            return
+        html, pending = item
+        if approval_id not in self.shown:
+            if not pending:
+                return
+            html = f'<div hx-swap-oob="{self.new_at}:#inbox-items">{html}</div>'
+            self.shown.add(approval_id)
+        (self.waiting.add if pending else self.waiting.discard)(approval_id)
+        await self.send(text_data=html + render_to_string("web/inbox/_empty.html", {"items": self.waiting}))
 
 
-def _status_frames(org_id, run_ids: list[str] | None = None, since=None) -> list[str]:
-    from django.utils import timezone
+def _status_badges(org_id, run_ids: list[str]) -> str:
+    return "".join(render_to_string("web/runs/_live_status.html", {"run_id": run_id, "status": status})
+                   for run_id, status in runs.run_statuses(org_id=org_id, run_ids=run_ids))
 
-    from apps.runs.models import Run
 
-    runs = Run.objects.filter(org_id=org_id)
-    if run_ids is not None:
-        runs = runs.filter(id__in=run_ids)
-    elif since is not None:
-        runs = runs.filter(updated_at__gt=since).order_by("-updated_at")[:200]
-    else:
-        return []
-    now = timezone.now().isoformat()
-    return [json.dumps({"replace": f"run-status-{run_id}", "at": now,
-                        "html": render_to_string("web/runs/_live_status.html", {"run_id": run_id, "status": status})})
-            for run_id, status in runs.values_list("id", "status")]
+def _run_ids(value: str, limit: int = 100) -> list[str]:
+    """The run ids a run list page shows (its socket's `runs` parameter); malformed ones are left out."""
+    ids = []
+    for part in value.split(",")[:limit]:
+        try:
+            ids.append(str(uuid.UUID(part)))
+        except ValueError:
+            continue
+    return ids
 
 
 class RunListConsumer(MemberConsumer):
-    """The run list: each status change replaces that run's status badge, when it is on the page."""
+    """The run list: on connect and on each status change, the status badge of each run the page shows."""
 
     async def joined(self) -> None:
-        since = _since(_query(self.scope).get("since"))
-        if since is not None:
-            for frame in await database_sync_to_async(_status_frames)(self.org_id, since=since):
-                await self.send(text_data=frame)
+        self.run_ids = _run_ids(_query(self.scope).get("runs", ""))
+        if self.run_ids:
+            await self.send(text_data=await database_sync_to_async(_status_badges)(self.org_id, self.run_ids))
 
     async def forward(self, message: dict) -> None:
-        if message["event"] != "run.status":
+        if message["event"] != "run.status" or message["data"]["run_id"] not in self.run_ids:
             return
-        for frame in await database_sync_to_async(_status_frames)(self.org_id, [message["data"]["run_id"]]):
-            await self.send(text_data=frame)
+        badge = await database_sync_to_async(_status_badges)(self.org_id, [message["data"]["run_id"]])
+        await self.send(text_data=badge)
 
 
 # --- the dashboard ---------------------------------------------------------------------------------
@@ -363,8 +347,6 @@ DASHBOARD_EVENTS = frozenset({"inbox.count", "inbox.changed", "run.status", "ser
 
 
 def _dashboard_tiles(actor) -> str:
-    from apps.web.home import dashboard_context
-
     return render_to_string("web/dashboard.html#tiles", {**dashboard_context(actor), "oob": True})
 
 

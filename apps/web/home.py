@@ -14,6 +14,16 @@ from typing import Any
 from django.db.models import Count, Min
 from django.utils import timezone
 
+from apps.agents import selectors as agents
+from apps.approvals import selectors as approvals
+from apps.audit import selectors as audit
+from apps.costs import selectors as costs
+from apps.costs.models import BudgetScope
+from apps.crews import selectors as crews
+from apps.registry import selectors as registry
+from apps.runs import selectors as runs
+from apps.runs.models import RunStatus
+
 # A run "in progress" has not finished; a "failure" is a run that ended badly on its own
 # (a person cancelling is not a failure).
 IN_PROGRESS = ("running", "waiting", "queued")
@@ -29,16 +39,6 @@ class Step:
 
 
 def dashboard_context(actor) -> dict[str, Any]:
-    from apps.agents import selectors as agents
-    from apps.approvals import selectors as approvals
-    from apps.audit import selectors as audit
-    from apps.costs import selectors as costs
-    from apps.costs.models import BudgetScope
-    from apps.crews import selectors as crews
-    from apps.registry import selectors as registry
-    from apps.runs import selectors as runs
-    from apps.runs.models import RunStatus
-
     org_id = actor.org_id
     now = timezone.now()
     pending = approvals.org_approvals(org_id=org_id, status="pending").aggregate(n=Count("id"),

@@ -29,9 +29,17 @@
       return;
     }
   });
-  // Mark the page while its org socket is open, so people (and tests) can tell live updates work.
-  document.addEventListener("htmx:wsOpen", function () { document.body.setAttribute("data-live", "connected"); });
-  document.addEventListener("htmx:wsClose", function () { document.body.removeAttribute("data-live"); });
+  // Live pages are htmx's ws extension alone: each element with ws-connect holds a socket whose messages are
+  // partials swapped in by id. Mark each socket's element while it is open (data-live-state), and the body
+  // while its org socket is, so people (and tests) can tell live updates work.
+  document.addEventListener("htmx:wsOpen", function (event) {
+    event.target.setAttribute("data-live-state", "open");
+    if (event.target === document.body) document.body.setAttribute("data-live", "connected");
+  });
+  document.addEventListener("htmx:wsClose", function (event) {
+    event.target.setAttribute("data-live-state", "closed");
+    if (event.target === document.body) document.body.removeAttribute("data-live");
+  });
   document.addEventListener("click", function (event) {
     const button = event.target.closest("[data-copy]");
     if (!button) return;

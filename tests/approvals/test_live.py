@@ -1,10 +1,10 @@
-"""The live trace and inbox over Channels: who may connect, ordered replay after last_seq from the
-event table, and a 500-event burst arriving complete and in order on each channel layer."""
+"""The live trace, inbox and run list over Channels: who may connect, what each page gets on connect (its
+reconnect catch-up) and on a change, and a 500-event burst ending on the page, on each channel layer."""
 
 from __future__ import annotations
 
 import asyncio
-import json
+import re
 
 import pytest
 from channels.layers import channel_layers
@@ -53,10 +53,6 @@ async def frames_until(comm, done, timeout=60.0) -> list[str]:
     return out
 
 
-def events(frames: list[str]) -> list[dict]:
-    return [json.loads(f) for f in frames if f.startswith("{")]
-
-
 @pytest.fixture
 def waiting_run(desk):
     crew = desk.refund_desk()
@@ -77,33 +73,60 @@ def test_anonymous_and_other_org_sockets_are_refused(waiting_run, outsider, org)
         assert run_async(closed(path, outsider.user)) == {"type": "websocket.close", "code": 4403}
 
 
-def test_a_reconnect_replays_every_event_after_last_seq_in_order_then_the_page(waiting_run, builder):
+def test_on_connect_the_run_socket_sends_every_panel_as_it_stands(waiting_run, builder):
+    """A reconnect after a drop or a restarted web process catches up this way: no cursor in the browser."""
+    async def scenario():
+        comm = communicator(f"/ws/run/{waiting_run.id}/", builder.user)
+        assert (await comm.connect())[0]
+        frame = await comm.receive_from(timeout=10)
+        await comm.disconnect()
+        return frame
+
+    frame = run_async(scenario())
+    for panel in ("run-actions", "run-header", "run-tree", "run-events", "run-history"):
+        assert f'id="{panel}"' in frame
+    assert "orders.refund_order" in frame and f'data-seq="{waiting_run.last_seq}"' in frame
+    assert "No steps yet" not in frame and "No model calls yet" not in frame
+
+
+def test_a_page_that_already_shows_the_newest_event_gets_nothing_until_the_run_moves(waiting_run, builder):
+    """A page just loaded (`seq` = the newest event it was rendered with) keeps its forms: the socket only
+    sends when the run moves, first the new event, then the panels."""
     last = waiting_run.last_seq
-    assert last > 6
 
     async def scenario():
-        comm = communicator(f"/ws/run/{waiting_run.id}/?last_seq=3", builder.user)
+        comm = communicator(f"/ws/run/{waiting_run.id}/?seq={last}", builder.user)
         assert (await comm.connect())[0]
-        frames = await frames_until(comm, lambda f: any(x.startswith("<") for x in f))
+        assert await comm.receive_nothing(timeout=0.5)
+        await asyncio.to_thread(lambda: append_event(waiting_run.id, "test.moved"))
+        frames = await frames_until(comm, lambda f: any(x.startswith("\n") or 'id="run-tree"' in x for x in f))
         await comm.disconnect()
         return frames
 
     frames = run_async(scenario())
-    assert [e["seq"] for e in events(frames)] == list(range(4, last + 1))
-    assert events(frames)[-1]["type"] == "run.waiting"
-    assert 'id="run-tree" hx-swap-oob="true"' in frames[-1] and "orders.refund_order" in frames[-1]
+    assert frames[0].startswith(NEW_EVENTS) and f"#{last + 1} test.moved" in frames[0]
+    assert 'id="run-tree"' in frames[-1] and f'data-seq="{last + 1}"' in frames[-1]
 
 
 def test_an_approver_sees_the_inline_decision_form_and_a_viewer_does_not(waiting_run, approver, viewer):
     async def page(user):
-        comm = communicator(f"/ws/run/{waiting_run.id}/?last_seq=0", user)
+        comm = communicator(f"/ws/run/{waiting_run.id}/", user)
         await comm.connect()
-        frames = await frames_until(comm, lambda f: any(x.startswith("<") for x in f))
+        frame = await comm.receive_from(timeout=10)
         await comm.disconnect()
-        return frames[-1]
+        return frame
 
     assert 'data-testid="decide-form"' in run_async(page(approver.user))
     assert 'data-testid="decide-form"' not in run_async(page(viewer.user))
+
+
+NEW_EVENTS = '<div hx-swap-oob="afterbegin:#run-event-list">'
+SEQ = re.compile(r'data-seq="(\d+)"')
+
+
+def added_events(frames: list[str]) -> list[int]:
+    """The seqs the socket added on top of the page's event list, oldest first."""
+    return [int(seq) for f in frames if f.startswith(NEW_EVENTS) for seq in SEQ.findall(f)[::-1]]
 
 
 def test_a_500_event_burst_arrives_complete_and_in_order(layer, waiting_run, builder):
@@ -115,17 +138,20 @@ def test_a_500_event_burst_arrives_complete_and_in_order(layer, waiting_run, bui
                 append_event(waiting_run.id, "test.burst", n=n)
 
     async def scenario():
-        comm = communicator(f"/ws/run/{waiting_run.id}/?last_seq={start}", builder.user)
+        comm = communicator(f"/ws/run/{waiting_run.id}/", builder.user)
         assert (await comm.connect())[0]
+        await comm.receive_from(timeout=10)  # the page as it stood
         await asyncio.sleep(0.3)  # subscribed, watcher running
         await asyncio.to_thread(burst)
-        frames = await frames_until(comm, lambda f: any(e["seq"] == start + 500 for e in events(f)), timeout=120)
+        frames = await frames_until(comm, lambda f: any(not x.startswith(NEW_EVENTS)
+                                                        and f'data-seq="{start + 500}"' in x for x in f), timeout=120)
         await comm.disconnect()
         return frames
 
-    received = events(run_async(scenario()))
-    assert [e["seq"] for e in received] == list(range(start + 1, start + 501))
-    assert [e["data"]["n"] for e in received] == list(range(500))
+    frames = run_async(scenario())
+    assert added_events(frames) == list(range(start + 1, start + 501))
+    assert f"#{start + 500} test.burst" in frames[-1] and f"#{start + 401} test.burst" in frames[-1]
+    assert sum(not f.startswith(NEW_EVENTS) for f in frames) < 100  # the panels once per burst, not per event
 
 
 def test_a_decision_by_someone_else_replaces_the_item_in_every_open_inbox(layer, waiting_run, org, approver, admin):
@@ -133,35 +159,42 @@ def test_a_decision_by_someone_else_replaces_the_item_in_every_open_inbox(layer,
     from apps.approvals.models import ApprovalRequest
 
     request = ApprovalRequest.objects.get(run_id=waiting_run.id)
+    card = f'id="approval-{request.id}"'
 
     async def scenario():
         comm = communicator(f"/ws/inbox/{org.id}/", approver.user)
         assert (await comm.connect())[0]
+        first = await comm.receive_from(timeout=10)  # the pending items as they stand
         await asyncio.sleep(0.3)
         await asyncio.to_thread(lambda: services.decide_approval(actor=member_actor(admin), approval_id=request.id,
                                                                  decision="reject", comment="not this one"))
-        frames = await frames_until(comm, lambda f: any('"replace"' in x for x in f), timeout=30)
+        frames = await frames_until(comm, lambda f: any(card in x and "Rejected" in x for x in f), timeout=30)
         await comm.disconnect()
-        return frames
+        return first, frames[-1]
 
-    frame = json.loads([f for f in run_async(scenario()) if '"replace"' in f][-1])
-    assert frame["replace"] == f"approval-{request.id}"
-    assert "Rejected" in frame["html"] and admin.user.email in frame["html"] and "decide-form" not in frame["html"]
+    first, frame = run_async(scenario())
+    assert card in first and 'data-testid="decide-form"' in first
+    assert "Rejected" in frame and admin.user.email in frame and "decide-form" not in frame
+    assert 'hx-swap-oob' not in frame.split(card)[0]  # replaced in place, not added again
+    assert 'id="inbox-empty"' in frame and "d-none" not in frame.split('id="inbox-empty"')[0].rsplit("<", 1)[-1]
 
 
-def test_the_run_list_hears_status_changes(layer, desk, org, builder):
+def test_the_run_list_hears_status_changes_of_the_runs_it_shows(layer, desk, org, builder):
     crew = desk.refund_desk()
+    run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False)
+    other = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False)
+    badge = f'id="run-status-{run.id}"'
 
     async def scenario():
-        comm = communicator(f"/ws/runs/{org.id}/", builder.user)
+        comm = communicator(f"/ws/runs/{org.id}/?runs={run.id},not-a-uuid", builder.user)
         assert (await comm.connect())[0]
+        first = await comm.receive_from(timeout=10)
         await asyncio.sleep(0.3)
-        run = await asyncio.to_thread(lambda: services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
-                                                                 enqueue=False))
-        frames = await frames_until(comm, lambda f: any(str(run.id) in x for x in f), timeout=30)
+        await asyncio.to_thread(lambda: (services.drive_run(run_id=other.id), services.drive_run(run_id=run.id)))
+        frames = await frames_until(comm, lambda f: any('data-status="waiting"' in x for x in f), timeout=30)
         await comm.disconnect()
-        return run, frames
+        return first, frames
 
-    run, frames = run_async(scenario())
-    frame = json.loads(next(f for f in frames if str(run.id) in f))
-    assert frame["replace"] == f"run-status-{run.id}" and 'data-status="queued"' in frame["html"]
+    first, frames = run_async(scenario())
+    assert badge in first and 'data-status="queued"' in first
+    assert all(str(other.id) not in f for f in frames) and badge in frames[-1]

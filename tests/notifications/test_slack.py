@@ -13,10 +13,10 @@ from django.test import Client, override_settings
 
 from apps.accounts.actors import member_actor
 from apps.approvals.models import ApprovalRequest
+from apps.core.egress import EgressRefused
 from apps.core.errors import ValidationFailed
 from apps.notifications import slack, tasks
 from apps.notifications.models import SlackConnection, SlackPost
-from apps.registry.egress import EgressRefused
 from apps.runs import services
 from apps.runs.models import ToolCall
 from tests.approvals.test_decisions import A1001, finish

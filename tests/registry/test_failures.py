@@ -8,8 +8,8 @@ import sys
 import pytest
 from django.test import override_settings
 
+from apps.core.egress import EgressRefused, check_url
 from apps.registry import pool, services
-from apps.registry.egress import EgressRefused, check_url
 from apps.registry.pool import ToolCallFailed
 from tests.processes import free_port, wait_for_port
 from tests.registry.conftest import ROOT, SERVERS, register, register_python

@@ -3,9 +3,11 @@ what happened through the API, the run page or the inbox; Airlock never sends th
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
+from channels.testing.websocket import WebsocketCommunicator
 from django.test import Client
 from django.utils import timezone
 
@@ -13,8 +15,10 @@ from apps.accounts.actors import member_actor
 from apps.audit.models import AuditEvent
 from apps.runs import services
 from apps.runs.models import Run, ToolCall
+from config.asgi import application
 from tests.conftest import signed_in
 from tests.factories import token_for
+from tests.processes import run_async
 from tests.runs.conftest import LOOK_UP
 
 pytestmark = pytest.mark.django_db
@@ -168,20 +172,30 @@ def test_the_page_form_needs_the_csrf_token(desk, approver):
     assert row.state == "failed"
 
 
-def test_the_inbox_badge_counts_unknown_calls_and_hears_when_one_appears_or_is_resolved(
-        client, desk, approver, monkeypatch, django_capture_on_commit_callbacks):
-    sent = []
-    monkeypatch.setattr("apps.approvals.services.publish", lambda group, event, **data: sent.append((event, data)))
-    with django_capture_on_commit_callbacks(execute=True):
-        _run, row = unknown_call(desk, approver)  # held (1), approved (0), then unknown
-    assert sent[-1] == ("inbox.count", {"count": 1})
+@pytest.mark.django_db(transaction=True)
+def test_the_inbox_badge_counts_unknown_calls_and_hears_when_one_is_resolved(client, desk, approver):
+    _run, row = unknown_call(desk, approver)  # held (1), approved (0), then unknown (1)
     signed_in(client, approver)
     assert 'id="inbox-badge" class="badge bg-red text-red-fg"' in client.get("/inbox/").content.decode()
     assert 'data-count="1">1</span>' in client.get("/inbox/").content.decode()
 
-    with django_capture_on_commit_callbacks(execute=True):
-        services.resolve_unknown_call(actor=member_actor(approver), tool_call_id=row.id, outcome="failed")
-    assert sent[-1] == ("inbox.count", {"count": 0})
+    async def live_badge():
+        comm = WebsocketCommunicator(application, f"/ws/org/{approver.org_id}/",
+                                     headers=[(b"origin", b"http://testserver"), (b"host", b"testserver")])
+        comm.scope["user"] = approver.user
+        assert (await comm.connect())[0]
+        first = await comm.receive_from(timeout=10)
+        await asyncio.to_thread(lambda: services.resolve_unknown_call(actor=member_actor(approver),
+                                                                      tool_call_id=row.id, outcome="failed"))
+        frame = await comm.receive_from(timeout=30)
+        while 'id="inbox-badge"' not in frame:
+            frame = await comm.receive_from(timeout=30)
+        await comm.disconnect()
+        return first, frame
+
+    first, resolved = run_async(live_badge())
+    assert 'data-count="1">1</span>' in first  # on connect
+    assert 'data-count="0">0</span>' in resolved  # told when it was resolved
     assert 'data-count="0">0</span>' in client.get("/inbox/").content.decode()
 
 

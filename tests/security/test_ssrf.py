@@ -16,9 +16,9 @@ import pytest
 from django.test import override_settings
 
 from apps.accounts.actors import member_actor
+from apps.core.egress import EgressRefused, check_url, guarded_transport
 from apps.core.errors import ValidationFailed
 from apps.registry import services
-from apps.registry.egress import EgressRefused, check_url, guarded_transport
 from apps.registry.models import McpServer
 from tests.factories import owner_of, token_for
 from tests.processes import run_async

@@ -16,11 +16,11 @@ from django.test import override_settings
 from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
 from apps.agents.models import LlmConnection
+from apps.core.egress import EgressRefused
 from apps.core.errors import ValidationFailed
 from apps.notifications import services as notifications
 from apps.notifications.models import Webhook, WebhookDelivery
 from apps.registry import services as registry
-from apps.registry.egress import EgressRefused
 from tests.factories import token_for
 from tests.processes import run_async
 from tests.security.test_ssrf import Listener

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 EMBEDDED = {"default": {"BACKEND": "apps.core.channel_layer.DatabaseChannelLayer", "CONFIG": {"poll_interval": 0.1}}}
 MODES = ["embedded", "redis"] if settings.REDIS_URL else ["embedded"]
 ORG_SOCKETS = ["org", "inbox", "runs", "dashboard"]
-MARKER = 987_654  # an inbox count nobody has: it shows whether a frame sent after a change got through
+MARKER = "worker-987654"  # a worker name nobody has: it shows whether a frame sent after a change got through
 
 
 @contextmanager
@@ -135,7 +135,12 @@ async def in_thread(fn, *args, **kwargs):
 
 
 def publish_marker(org_id) -> None:
-    realtime.publish(org_group(org_id), "inbox.count", count=MARKER)
+    realtime.publish(org_group(org_id), "system.worker_answered", check_id="marker", hostname=MARKER)
+    realtime.flush()
+
+
+def publish_inbox_nudge(org_id) -> None:
+    realtime.publish(org_group(org_id), "inbox.count")
     realtime.flush()
 
 
@@ -222,7 +227,7 @@ def test_a_role_change_narrows_what_open_sockets_show(server, org, owner):
         await in_thread(services.change_role, actor=member_actor(owner), member_id=member.id, role="viewer")
         await asyncio.sleep(1.0)  # the access change reaches the socket first (same channel, in order)
         count = len(dashboard.frames)
-        await in_thread(publish_marker, org.id)
+        await in_thread(publish_inbox_nudge, org.id)  # the dashboard re-renders its tiles
         assert await dashboard.wait_for(lambda s: len(s.frames) > count), "the socket stopped receiving"
         outcome = (as_admin, dashboard.frames[-1], dashboard.close_code)
         await dashboard.close()

@@ -10,7 +10,7 @@ from typing import TypeVar
 
 from pydantic_ai.exceptions import ModelAPIError, ModelHTTPError, UnexpectedModelBehavior, UserError
 
-from apps.registry.egress import EgressRefused
+from apps.core.egress import EgressRefused
 
 T = TypeVar("T")
 RETRY_ATTEMPTS = 3

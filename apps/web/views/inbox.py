@@ -13,6 +13,7 @@ import difflib
 import json
 import uuid
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
@@ -190,30 +191,44 @@ def render_item(http_request: HttpRequest | None, request: ApprovalRequest, acto
     return render(http_request, "web/inbox/_item.html", item_context(request, actor, **extra), status=status)
 
 
+SOCKET_VIEW = ("sort", "tool", "age", "page")  # the page's own view, which its socket must show the same way
+
+
+def pending_page(actor: Actor, params: Any, *, http_request: HttpRequest | None = None) -> tuple[list[str], list, bool]:
+    """One inbox page's pending items in triage order, rendered (each selectable for a batch decision), the
+    requests shown, and whether more follow. The page and its socket both use it, so a reconnect shows
+    the same items in the same order."""
+    view = triage_pages.view_of(params)
+    pending = triage.pending(org_id=actor.org_id, sort=view.sort, tool=view.tool, age=view.age,
+                             **inbox_filters(params))
+    page = list(pending[view.offset:view.offset + triage_pages.PAGE + 1])
+    shown = page[:triage_pages.PAGE]
+    summaries = triage_pages.summaries(shown)
+    items = [render_to_string("web/inbox/_item.html", {**item_context(r, actor, summary=summaries.get(r.id)),
+                                                       "selectable": True}, request=http_request)
+             for r in shown]
+    return items, shown, len(page) > len(shown)
+
+
 @member_required()
 def inbox(request: HttpRequest) -> HttpResponse:
     """Pending items in triage order (oldest first unless sorted otherwise), a page at a time."""
     org_id = request.actor.org_id
     filters = inbox_filters(request.GET)
     view = triage_pages.view_of(request.GET)
-    pending = triage.pending(org_id=org_id, sort=view.sort, tool=view.tool, age=view.age, **filters)
-    page = list(pending[view.offset:view.offset + triage_pages.PAGE + 1])
-    shown = page[:triage_pages.PAGE]
-    summaries = triage_pages.summaries(shown)
+    items, shown, more = pending_page(request.actor, request.GET, http_request=request)
     recent = approvals.org_approvals(org_id=org_id, **filters).exclude(status="pending")[:20]
     query = "&".join(f"{k}={request.GET[k]}" for k in FILTERS if request.GET.get(k))
-    items = [render_to_string("web/inbox/_item.html", {**item_context(r, request.actor, summary=summaries.get(r.id)),
-                                                       "selectable": True}, request=request)
-             for r in shown]
+    socket_query = urlencode({k: request.GET[k] for k in (*FILTERS, *SOCKET_VIEW) if request.GET.get(k)})
     unknown = [] if filters.get("kind") == ApprovalKind.DEFINITION_CHANGE else list(
         runs.unknown_calls(org_id=org_id, **{k: v for k, v in filters.items() if k != "kind"})[:UNKNOWN_SHOWN])
-    context = {"items": items, "recent": recent, "unknown_calls": unknown,
+    context = {"items": items, "recent": recent, "unknown_calls": unknown, "socket_query": socket_query,
                "can_resolve": request.actor.can("approvals.decide"), "here": request.get_full_path(),
                "filters": {k: request.GET.get(k, "") for k in FILTERS}, "query": query,
                "since": timezone.now().isoformat(),
                "crews": crews.org_crews(org_id=org_id), "agents": agents.org_agents(org_id=org_id),
                "servers": registry.servers_for_org(org_id=org_id), "risks": RISKS, "kinds": ApprovalKind.choices,
-               **triage_pages.page_context(request, view, shown=len(shown), more=len(page) > len(shown),
+               **triage_pages.page_context(request, view, shown=len(shown), more=more,
                                            tools=triage.pending_tools(org_id=org_id))}
     return render(request, "web/inbox/list.html", context)
 

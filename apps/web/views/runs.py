@@ -21,6 +21,7 @@ from apps.runs import history, replay, selectors, services, trial
 from apps.runs.models import RunStatus
 from apps.web.access import member_required
 from apps.web.forms import RunFilterForm
+from apps.web.views.inbox import item_context
 
 PAGE_SIZE = 50
 
@@ -64,9 +65,15 @@ def review_columns(rows: list) -> None:
         run.failed_calls, run.duration = failed.get(run.id, 0), replay.duration_text(run)
 
 
-def run_context(run, actor=None) -> dict:
-    """The header and step tree; with an `actor`, each held call carries that viewer's inline decision card
-    and `can_resolve` says whether they may answer a call whose outcome is unknown."""
+LIVE_EVENTS_SHOWN = 100
+
+
+def run_context(run, actor=None, events_upto: int | None = None) -> dict:
+    """Every live panel of the run page (actions, header, step tree, timeline, spend, configuration, events), as
+    the page renders them and as its socket re-renders them. With an `actor`, each held call carries that
+    viewer's inline decision card, `can_resolve` says whether they may answer a call whose outcome is unknown,
+    `can_cancel` whether they may cancel the run and `can_replay`/`can_fork` whether they may re-run or fork it.
+    `events_upto`: show no event after that seq (a socket shows only what it has sent)."""
     turns = selectors.run_tree(run)
     asked = selectors.server_requests_by_call(run)
     for turn in turns:
@@ -74,8 +81,6 @@ def run_context(run, actor=None) -> dict:
             for tc in model_call.calls:
                 tc.server_requests = asked.get(str(tc.id), [])
     if actor is not None:
-        from apps.web.views.inbox import item_context
-
         for turn in turns:
             for model_call in turn.model_calls:
                 for tc in model_call.calls:
@@ -84,18 +89,29 @@ def run_context(run, actor=None) -> dict:
                         tc.inline_decision = render_to_string(
                             "web/inbox/_item.html", {**item_context(request, actor), "summary": None,
                                                      "next": reverse("web:run_detail", args=[run.id])})
-    can_fork = (actor is not None and actor.can("runs.start") and run.is_finished
+    can_start = actor is not None and actor.can("runs.start")
+    can_fork = (can_start and run.is_finished
                 and (run.snapshot.get("crew") or {}).get("process") == "sequential")
     return {"run": run, "turns": turns, "can_resolve": actor is not None and actor.can("approvals.decide"),
-            "can_fork": can_fork}
+            "can_fork": can_fork, "can_replay": can_start and run.is_finished,
+            "can_cancel": can_start and not run.is_finished,
+            "live_events": selectors.latest_events(run=run, limit=LIVE_EVENTS_SHOWN, upto=events_upto),
+            **history_context(run)}
+
+
+def run_panels(*, org_id, run_id, actor, events_upto: int | None = None) -> tuple[str, int]:
+    """The run page's live panels for its socket (each an element with the id the page gives it, which htmx's
+    ws extension swaps in place, out of band) and the newest event they show."""
+    run = selectors.get_run(org_id=org_id, run_id=run_id)
+    context = run_context(run, actor, events_upto)
+    newest = context["live_events"][0].seq if context["live_events"] else 0
+    return render_to_string("web/runs/_live.html", context), newest
 
 
 @member_required()
 def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     run = selectors.get_run(org_id=request.actor.org_id, run_id=run_id)
-    context = {**run_context(run, request.actor), "can_cancel": request.actor.can("runs.start") and not run.is_finished,
-               "can_replay": request.actor.can("runs.start") and run.is_finished,
-               "can_decide": request.actor.can("approvals.decide"), **history_context(run)}
+    context = {**run_context(run, request.actor), "can_decide": request.actor.can("approvals.decide")}
     return render(request, "web/runs/detail.html", context)
 
 

@@ -46,7 +46,7 @@ class Unresolvable(EgressRefused):
 NAT64 = (ipaddress.ip_network("64:ff9b::/96"), ipaddress.ip_network("64:ff9b:1::/48"))
 
 
-def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+def embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     """The IPv4 address an IPv6 one carries (mapped, NAT64, 6to4, Teredo server), if any."""
     if ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
@@ -59,12 +59,12 @@ def _embedded_ipv4(ip: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
     return None
 
 
-def _is_internal(ip: IPAddress) -> bool:
+def is_internal(ip: IPAddress) -> bool:
     if isinstance(ip, ipaddress.IPv6Address):
         if ip.scope_id:  # a zone id names an interface of this machine: only link-local use has one
             return True
-        embedded = _embedded_ipv4(ip)
-        if embedded is not None and _is_internal(embedded):
+        embedded = embedded_ipv4(ip)
+        if embedded is not None and is_internal(embedded):
             return True
     return (ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_multicast or ip.is_reserved
             or ip.is_unspecified or not ip.is_global)
@@ -159,7 +159,7 @@ def check_host(host: str, port: int, *, allow_private: bool | None = None) -> li
         return resolve(host, port)
     literal = _ip_literal(host)
     if literal is not None:
-        if _is_internal(literal) and not allowed.allows_address(literal):
+        if is_internal(literal) and not allowed.allows_address(literal):
             raise _refusal(host, "is a loopback/private/reserved/link-local address")
         return [str(literal)]
     if _is_localhost_name(host):
@@ -167,7 +167,7 @@ def check_host(host: str, port: int, *, allow_private: bool | None = None) -> li
     addresses = resolve(host, port)
     for address in addresses:
         ip = ipaddress.ip_address(address)
-        if _is_internal(ip) and not allowed.allows_address(ip):
+        if is_internal(ip) and not allowed.allows_address(ip):
             raise _refusal(host, f"resolves to {address}, a loopback/private/reserved address")
     return addresses
 
