@@ -10,7 +10,6 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from apps.agents import selectors, services, starters
@@ -20,7 +19,7 @@ from apps.core.errors import Conflict, ValidationFailed
 from apps.costs import selectors as costs
 from apps.costs.models import BudgetScope
 from apps.registry.models import Risk, TrustTier
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.tables import sorted_page
 
 AGENT_TEXT_FIELDS = ("name", "role", "instructions", "in_scope", "out_of_scope", "connection_id", "model",
@@ -152,7 +151,7 @@ def agent_edit(request: HttpRequest, agent_id) -> HttpResponse:
     return _editor(request, agent=agent, values=_agent_values(agent), grants=grants)
 
 
-@require_POST
+@post_only
 @member_required("build")
 def prompt_preview(request: HttpRequest) -> HttpResponse:
     """The live preview: the exact prompt the engine would send for what is typed now."""
@@ -192,7 +191,7 @@ def agent_detail(request: HttpRequest, agent_id) -> HttpResponse:
         "can_build": request.actor.can("build")})
 
 
-@require_POST
+@post_only
 @member_required("build")
 def agent_toggle(request: HttpRequest, agent_id) -> HttpResponse:
     enable = request.POST.get("enabled") == "1"
@@ -201,7 +200,7 @@ def agent_toggle(request: HttpRequest, agent_id) -> HttpResponse:
     return _redirect(request, reverse("web:agent_detail", args=[agent.id]))
 
 
-@require_POST
+@post_only
 @member_required("build")
 def agent_delete(request: HttpRequest, agent_id) -> HttpResponse:
     agent = selectors.get_agent(org_id=request.actor.org_id, agent_id=agent_id)
@@ -263,7 +262,7 @@ def connection_edit(request: HttpRequest, connection_id) -> HttpResponse:
         "connection": connection, "values": values, "errors": errors, "providers": Provider.choices}, status=status)
 
 
-@require_POST
+@post_only
 @member_required("build")
 def connection_test(request: HttpRequest, connection_id) -> HttpResponse:
     result = services.test_connection(actor=request.actor, connection_id=connection_id,
@@ -271,7 +270,7 @@ def connection_test(request: HttpRequest, connection_id) -> HttpResponse:
     return render(request, "web/agents/_connection_result.html", {"result": result, "connection_id": connection_id})
 
 
-@require_POST
+@post_only
 @member_required("build")
 def connection_delete(request: HttpRequest, connection_id) -> HttpResponse:
     try:

@@ -9,14 +9,13 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from apps.agents import selectors as agents
 from apps.core.errors import ValidationFailed
 from apps.crews import selectors, services, starters
 from apps.crews.validation import INPUT_TYPES
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.tables import sorted_page
 
 SCALARS = ("name", "description", "process", "supervisor_agent_id", "max_hops", "max_tool_calls", "timeout_s",
@@ -163,7 +162,7 @@ def crew_detail(request: HttpRequest, crew_id) -> HttpResponse:
         "can_build": request.actor.can("build")})
 
 
-@require_POST
+@post_only
 @member_required("build")
 def crew_toggle(request: HttpRequest, crew_id) -> HttpResponse:
     enable = request.POST.get("enabled") == "1"
@@ -172,7 +171,7 @@ def crew_toggle(request: HttpRequest, crew_id) -> HttpResponse:
     return _redirect(request, reverse("web:crew_detail", args=[crew.id]))
 
 
-@require_POST
+@post_only
 @member_required("build")
 def crew_delete(request: HttpRequest, crew_id) -> HttpResponse:
     crew = selectors.get_crew(org_id=request.actor.org_id, crew_id=crew_id)

@@ -20,7 +20,6 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from apps.accounts.actors import Actor
 from apps.agents import selectors as agents
@@ -32,7 +31,7 @@ from apps.crews import selectors as crews
 from apps.registry import selectors as registry
 from apps.runs import selectors as runs
 from apps.runs import services
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 
 FILTERS = ("crew", "agent", "server", "risk", "kind")
 RISKS = ("read", "write", "dangerous")
@@ -187,7 +186,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
     return render(request, "web/inbox/list.html", context)
 
 
-@require_POST
+@post_only
 @member_required("approvals.decide")
 def inbox_decide(request: HttpRequest, approval_id) -> HttpResponse:
     actor = request.actor
@@ -248,7 +247,7 @@ def standing_list(request: HttpRequest) -> HttpResponse:
                   {"items": items, "can_revoke": request.actor.can("approvals.decide")})
 
 
-@require_POST
+@post_only
 @member_required("approvals.decide")
 def standing_revoke(request: HttpRequest, standing_id) -> HttpResponse:
     standing.revoke_standing(actor=request.actor, standing_id=standing_id)

@@ -3,12 +3,11 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
 from apps.accounts import lockouts, selectors, services
 from apps.accounts.roles import ROLE_HELP, Role
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.forms import AddMemberForm, apply_domain_errors
 
 
@@ -44,7 +43,7 @@ def members(request: HttpRequest) -> HttpResponse:
     return _page(request, AddMemberForm(), new_password=password and (membership.user.email, password))
 
 
-@require_POST
+@post_only
 @member_required("members.manage")
 def change_role(request: HttpRequest, member_id) -> HttpResponse:
     try:
@@ -57,7 +56,7 @@ def change_role(request: HttpRequest, member_id) -> HttpResponse:
     return redirect("web:members")
 
 
-@require_POST
+@post_only
 @member_required("members.manage")
 def remove_member(request: HttpRequest, member_id) -> HttpResponse:
     membership = selectors.get_member(org_id=request.actor.org_id, member_id=member_id)
@@ -71,7 +70,7 @@ def remove_member(request: HttpRequest, member_id) -> HttpResponse:
     return redirect("web:members")
 
 
-@require_POST
+@post_only
 @member_required("members.manage")
 def unlock_member(request: HttpRequest, member_id) -> HttpResponse:
     """Lifts a sign-in lockout (too many wrong passwords) before its cool-off ends."""

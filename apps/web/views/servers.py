@@ -6,12 +6,11 @@ from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
 from apps.core.errors import Conflict, ValidationFailed
 from apps.registry import selectors, services
 from apps.registry.models import TRUST_TIER_HELP, Risk, ServerStatus, ToolState, Transport, TrustTier
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.forms import apply_domain_errors
 from apps.web.tables import sorted_page
 
@@ -122,7 +121,7 @@ def server_status(request: HttpRequest, server_id) -> HttpResponse:
     return response
 
 
-@require_POST
+@post_only
 @member_required("servers.manage")
 def server_sync(request: HttpRequest, server_id) -> HttpResponse:
     services.request_sync(actor=request.actor, server_id=server_id)
@@ -131,7 +130,7 @@ def server_sync(request: HttpRequest, server_id) -> HttpResponse:
     return redirect("web:server", server_id=server_id)
 
 
-@require_POST
+@post_only
 @member_required("servers.manage")
 def server_toggle(request: HttpRequest, server_id) -> HttpResponse:
     current = selectors.get_server(org_id=request.actor.org_id, server_id=server_id)
@@ -139,7 +138,7 @@ def server_toggle(request: HttpRequest, server_id) -> HttpResponse:
     return redirect("web:server", server_id=server_id)
 
 
-@require_POST
+@post_only
 @member_required("servers.manage")
 def server_delete(request: HttpRequest, server_id) -> HttpResponse:
     services.delete_server(actor=request.actor, server_id=server_id)
@@ -159,7 +158,7 @@ def tool(request: HttpRequest, tool_id) -> HttpResponse:
     return _tool_page(request, tool_id)
 
 
-@require_POST
+@post_only
 @member_required("servers.manage")
 def tool_pin(request: HttpRequest, tool_id) -> HttpResponse:
     services.pin_tool(actor=request.actor, tool_id=tool_id)
@@ -167,7 +166,7 @@ def tool_pin(request: HttpRequest, tool_id) -> HttpResponse:
     return redirect("web:tool", tool_id=tool_id)
 
 
-@require_POST
+@post_only
 @member_required("servers.manage")
 def tool_update(request: HttpRequest, tool_id) -> HttpResponse:
     current = selectors.get_tool(org_id=request.actor.org_id, tool_id=tool_id)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 
 from apps.core import selectors, services
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 
 
 @member_required()
@@ -23,7 +23,7 @@ def system(request: HttpRequest) -> HttpResponse:
     return render(request, "web/settings/system.html", context)
 
 
-@require_POST
+@post_only
 @member_required()
 def check_worker(request: HttpRequest) -> HttpResponse:
     check = services.request_worker_check(org_id=str(request.actor.org_id))
