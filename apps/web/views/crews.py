@@ -43,14 +43,25 @@ def crew_list(request: HttpRequest) -> HttpResponse:
 
 # --- The editor ----------------------------------------------------------------------------------
 
-def parse_routing_rules(text: str) -> list[dict[str, str]]:
-    """One rule a line: `text => Member name` (or `=> FINISH`)."""
+def parse_routing_rules(text: str) -> list[dict[str, Any]]:
+    """One rule a line: `text => Member name` (or `=> FINISH`). Each rule keeps its line number so an
+    error can name the line the person typed it on (blank lines count)."""
     rules = []
-    for line in (text or "").splitlines():
+    for number, line in enumerate((text or "").splitlines(), start=1):
         if line.strip():
             contains, _, route = line.partition("=>")
-            rules.append({"contains": contains.strip(), "route": route.strip()})
+            rules.append({"contains": contains.strip(), "route": route.strip(), "line": number})
     return rules
+
+
+def routing_rule_errors(rules: list[dict[str, Any]], errors: dict[str, str]) -> list[str]:
+    """The rules' errors in line order, each prefixed with the line it is on."""
+    out = []
+    for index, rule in enumerate(rules):
+        message = errors.get(f"routing_rules.{index}")
+        if message:
+            out.append(f"Line {rule.get('line', index + 1)}: {message}")
+    return out
 
 
 def _submitted(request: HttpRequest) -> dict[str, Any]:
@@ -66,6 +77,13 @@ def _submitted(request: HttpRequest) -> dict[str, Any]:
     values["separation_of_duties"] = post.get("separation_of_duties") == "1"
     values["routing_rules"] = parse_routing_rules(post.get("routing_rules", ""))
     return values
+
+
+def _rules_text(request: HttpRequest, values: dict[str, Any]) -> str:
+    """What the person typed, as typed, after a failed save; the saved rules otherwise."""
+    if request.method == "POST":
+        return request.POST.get("routing_rules", "")
+    return "\n".join(f"{r['contains']} => {r['route']}" for r in values.get("routing_rules") or [])
 
 
 def _crew_values(crew) -> dict[str, Any]:
@@ -89,8 +107,8 @@ def _editor(request: HttpRequest, *, crew, values: dict[str, Any], errors: dict[
               "errors": {k: errors.get(f"tasks.{i}.{k}", "") for k in ("name", "agent_id", "description", "context")}}
              for i, t in enumerate(values.get("tasks") or [])]
     inputs = [{**row, "error": errors.get(f"inputs.{i}", "")} for i, row in enumerate(values.get("inputs") or [])]
-    rules_text = "\n".join(f"{r['contains']} => {r['route']}" for r in values.get("routing_rules") or [])
-    rule_errors = [m for k, m in errors.items() if k.startswith("routing_rules.")]
+    rules_text = _rules_text(request, values)
+    rule_errors = routing_rule_errors(values.get("routing_rules") or [], errors)
     context = {"crew": crew, "values": values, "errors": errors, "tasks": tasks, "inputs": inputs,
                "rules_text": rules_text, "rule_errors": rule_errors, "input_types": INPUT_TYPES,
                "agents": list(agents.org_agents(org_id=request.actor.org_id)),
