@@ -63,6 +63,7 @@ urlpatterns = [
     path("servers/catalog/", catalog.server_catalog, name="server_catalog"),
     path("servers/catalog/<slug:key>/", catalog.catalog_register, name="catalog_register"),
     path("servers/<uuid:server_id>/", servers.server, name="server"),
+    path("servers/<uuid:server_id>/edit/", servers.server_edit, name="server_edit"),
     path("servers/<uuid:server_id>/status/", servers.server_status, name="server_status"),
     path("servers/<uuid:server_id>/sync/", servers.server_sync, name="server_sync"),
     path("servers/<uuid:server_id>/toggle/", servers.server_toggle, name="server_toggle"),
