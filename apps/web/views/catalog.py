@@ -29,7 +29,7 @@ def server_catalog(request: HttpRequest) -> HttpResponse:
 
 
 def _entry_page(request: HttpRequest, entry: CatalogEntry, form: ServerForm, status: int = 200) -> HttpResponse:
-    tiers = [(t, TRUST_TIER_HELP[t], t == entry.trust_tier) for t in TrustTier]
+    tiers = [(t, TRUST_TIER_HELP[t], t == entry.trust_tier, entry.tier_caveat(t)) for t in TrustTier]
     return render(request, "web/servers/catalog_entry.html", {"entry": entry, "form": form, "tiers": tiers},
                   status=status)
 
