@@ -48,6 +48,7 @@ urlpatterns = [
     path("settings/members/<uuid:member_id>/role/", members.change_role, name="member_role"),
     path("settings/members/<uuid:member_id>/remove/", members.remove_member, name="member_remove"),
     path("settings/members/<uuid:member_id>/unlock/", members.unlock_member, name="member_unlock"),
+    path("settings/members/<uuid:member_id>/reset-password/", members.reset_password, name="member_reset_password"),
     path("settings/tokens/", tokens.tokens, name="tokens"),
     path("settings/tokens/<uuid:token_id>/revoke/", tokens.revoke_token, name="token_revoke"),
     path("settings/gateway/", gateway.gateway_keys, name="gateway_keys"),

@@ -82,3 +82,16 @@ def unlock_member(request: HttpRequest, member_id) -> HttpResponse:
     if request.htmx:
         return _page(request, AddMemberForm())
     return redirect("web:members")
+
+
+@post_only
+@member_required("members.manage")
+def reset_password(request: HttpRequest, member_id) -> HttpResponse:
+    """A new one-time password for a member who lost theirs, shown once like a new member's."""
+    try:
+        membership, password = services.reset_member_password(actor=request.actor, member_id=member_id)
+    except (PermissionDenied, Conflict) as exc:
+        messages.error(request, exc.message)
+        return _page(request, AddMemberForm()) if request.htmx else redirect("web:members")
+    messages.success(request, f"{membership.user.email} has a new password; their other sessions are signed out.")
+    return _page(request, AddMemberForm(), new_password=(membership.user.email, password))
