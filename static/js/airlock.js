@@ -1,6 +1,6 @@
 // Dark mode toggle (Tabler themes via data-bs-theme), copy buttons, and the small behaviours the
 // CSP keeps out of the markup (no inline handlers): data-confirm on forms, data-autosubmit on
-// selects, data-remove-closest on buttons, data-enter-does-not-submit on inputs.
+// selects, data-remove-closest (and data-focus-after) on buttons, data-enter-does-not-submit on inputs.
 (function () {
   const root = document.documentElement;
   const toggle = document.getElementById("theme-toggle");
@@ -26,6 +26,12 @@
     if (remover) {
       const row = remover.closest(remover.getAttribute("data-remove-closest"));
       if (row) row.remove();
+      // Keep the keyboard where it was: on the element named by data-focus-after (else nowhere new),
+      // and let a picker that hides what is already chosen list the removed item again.
+      const next = remover.getAttribute("data-focus-after");
+      if (next && document.querySelector(next)) document.querySelector(next).focus();
+      const picker = document.querySelector("[data-refresh-on-remove]");
+      if (picker && window.htmx) window.htmx.trigger(picker, "change");
       return;
     }
   });

@@ -88,13 +88,17 @@ def _editor(request: HttpRequest, *, agent, values: dict[str, Any], grants: list
             errors: dict[str, str] | None = None, status: int = 200) -> HttpResponse:
     org_id = request.actor.org_id
     connections = list(selectors.org_connections(org_id=org_id))
+    tools = list(selectors.grantable_tools(org_id=org_id)[:50])
+    granted = {row["ref"] for row in grants}
+    for tool in tools:
+        tool.granted = tool.qualified_name in granted
     context = {
         "agent": agent, "values": values, "grants": grants, "errors": errors or {},
         "connections": connections, "policies": GrantPolicy.choices,
         "scripted_ids": [str(c.id) for c in connections if c.provider == Provider.SCRIPTED],
         "servers": sorted({t.server.name for t in selectors.grantable_tools(org_id=org_id)}),
         "risks": Risk.choices, "tiers": TrustTier.choices,
-        "tools": selectors.grantable_tools(org_id=org_id)[:50],
+        "tools": tools,
         "prompt": _preview(values),
         "starters": starters.STARTERS, "starter": request.GET.get("template", ""),
         "starter_server": request.GET.get("server", ""),
@@ -163,16 +167,21 @@ def tool_picker(request: HttpRequest) -> HttpResponse:
     tools = selectors.grantable_tools(org_id=request.actor.org_id, server=request.GET.get("server", ""),
                                       risk=request.GET.get("risk", ""), tier=request.GET.get("tier", ""),
                                       search=request.GET.get("q", "").strip())[:50]
+    granted = set(request.GET.getlist("grant_tool"))
+    for tool in tools:
+        tool.granted = tool.qualified_name in granted
     return render(request, "web/agents/_tool_results.html", {"tools": tools})
 
 
 @member_required("build")
 def grant_row(request: HttpRequest) -> HttpResponse:
+    """A new allowlist row for the picked tool; nothing when it is already in the list (the picker marks it)."""
     tool = selectors.find_tool(org_id=request.actor.org_id, ref=request.GET.get("tool", ""))
-    if tool is None:
+    if tool is None or tool.qualified_name in request.GET.getlist("grant_tool"):
         return HttpResponse(status=204)
     row = {"tool": tool, "ref": tool.qualified_name, "policy": _default_policy(tool), "condition": "", "error": ""}
-    return render(request, "web/agents/_grant_row.html", {"row": row, "policies": GrantPolicy.choices})
+    return render(request, "web/agents/_grant_row.html", {"row": row, "policies": GrantPolicy.choices,
+                                                          "added": True})
 
 
 # --- Detail, enable/disable, delete ------------------------------------------------------------------
