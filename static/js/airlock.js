@@ -18,6 +18,10 @@
   document.addEventListener("change", function (event) {
     if (event.target.matches("select[data-autosubmit]")) event.target.form.submit();
   });
+  // Filters that would push the list below the fold start folded on a phone (open without script).
+  if (window.matchMedia("(max-width: 767.98px)").matches) {
+    document.querySelectorAll("details[data-collapse-on-phone]").forEach(function (d) { d.open = false; });
+  }
   document.addEventListener("keydown", function (event) {
     if (event.key === "Enter" && event.target.matches("[data-enter-does-not-submit]")) event.preventDefault();
   });
@@ -34,6 +38,11 @@
       if (picker && window.htmx) window.htmx.trigger(picker, "change");
       return;
     }
+  });
+  // Content swapped in that names itself the next focus (a decision's outcome) takes the keyboard.
+  document.addEventListener("htmx:afterSettle", function () {
+    const next = document.querySelector("[data-focus-on-swap]");
+    if (next) { next.removeAttribute("data-focus-on-swap"); next.focus(); }
   });
   // Mark the page while its org socket is open, so people (and tests) can tell live updates work.
   document.addEventListener("htmx:wsOpen", function () { document.body.setAttribute("data-live", "connected"); });

@@ -50,3 +50,53 @@ def test_every_main_page_meets_wcag_21_aa(page: Page, live_url, world, theme):
         found[path] = serious_violations(page)
     failing = {path: issues for path, issues in found.items() if issues}
     assert failing == {}, "\n".join(f"{p}:\n  " + "\n  ".join(i) for p, i in failing.items())
+
+
+def test_a_skip_link_leads_past_the_navigation(page: Page, live_url, world):
+    sign_in(page, live_url, world.owner.user.email)
+    page.goto(f"{live_url}/inbox/")
+    page.keyboard.press("Tab")
+    skip = page.get_by_role("link", name="Skip to content")
+    expect(skip).to_be_focused()
+    expect(skip).to_be_visible()
+    page.keyboard.press("Enter")
+    expect(page.locator("#main-content")).to_be_focused()
+
+
+def _sideways(page: Page) -> list[str]:
+    """The elements wider than the screen, when the page scrolls sideways."""
+    return page.evaluate("""() => {
+      const width = document.documentElement.clientWidth;
+      if (document.documentElement.scrollWidth <= width) return [];
+      return [...document.querySelectorAll('main *')].filter(e => e.getBoundingClientRect().right > width + 1)
+        .slice(0, 8).map(e => e.tagName.toLowerCase() + '.' + [...e.classList].join('.'));
+    }""")
+
+
+def test_on_a_phone_nothing_scrolls_sideways_and_the_inbox_shows_its_first_item(browser, live_url, world):
+    context = browser.new_context(viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True)
+    page = context.new_page()
+    try:
+        sign_in(page, live_url, world.owner.user.email)
+        for path in ("/runs/{run_id}/", "/inbox/", "/agents/{agent_id}/", "/costs/", "/"):
+            page.goto(live_url + path.format(**world.ids))
+            assert _sideways(page) == [], path
+        page.goto(f"{live_url}/inbox/")
+        expect(page.get_by_text("Filters", exact=True)).to_be_visible()  # folded on a phone, one tap away
+        expect(page.get_by_label("Risk")).to_be_hidden()
+        first = page.locator("[data-testid=unknown-call], [data-testid=approval]").first
+        box = first.bounding_box()
+        assert box is not None and box["y"] < 844 - 120, f"the first item starts at {box and box['y']} px"
+        page.get_by_text("Filters", exact=True).click()
+        expect(page.get_by_label("Risk")).to_be_visible()
+    finally:
+        context.close()
+
+
+def test_the_sidebar_reaches_the_bottom_of_a_long_page(page: Page, live_url, world):
+    sign_in(page, live_url, world.owner.user.email)
+    page.set_viewport_size({"width": 1280, "height": 700})
+    page.goto(f"{live_url}/costs/")
+    page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+    bottom = page.evaluate("document.querySelector('aside.navbar-vertical').getBoundingClientRect().bottom")
+    assert bottom >= 700 - 1
