@@ -100,3 +100,26 @@ def test_the_sidebar_reaches_the_bottom_of_a_long_page(page: Page, live_url, wor
     page.evaluate("window.scrollTo(0, document.body.scrollHeight)")
     bottom = page.evaluate("document.querySelector('aside.navbar-vertical').getBoundingClientRect().bottom")
     assert bottom >= 700 - 1
+
+
+TRUNCATED_SELECTS = """() => {
+  const canvas = document.createElement('canvas').getContext('2d');
+  return [...document.querySelectorAll('main select')].filter(s => s.offsetParent !== null).filter(s => {
+    const style = getComputedStyle(s);
+    canvas.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
+    const room = s.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+    const shown = s.selectedIndex >= 0 ? canvas.measureText(s.options[s.selectedIndex].text).width : 0;
+    return shown > room + 1;
+  }).map(s => `${s.id || s.name}: ${s.clientWidth}px`);
+}"""
+
+
+@pytest.mark.parametrize("width", [1280, 800])
+def test_dropdowns_show_the_whole_choice_they_show(page: Page, live_url, world, width):
+    page.set_viewport_size({"width": width, "height": 900})
+    sign_in(page, live_url, world.owner.user.email)
+    cut = {}
+    for path in ("/inbox/", "/agents/{agent_id}/edit/", "/servers/", "/costs/", "/runs/", "/audit/"):
+        page.goto(live_url + path.format(**world.ids))
+        cut[path] = page.evaluate(TRUNCATED_SELECTS)
+    assert {p: c for p, c in cut.items() if c} == {}
