@@ -123,3 +123,17 @@ def test_dropdowns_show_the_whole_choice_they_show(page: Page, live_url, world, 
         page.goto(live_url + path.format(**world.ids))
         cut[path] = page.evaluate(TRUNCATED_SELECTS)
     assert {p: c for p, c in cut.items() if c} == {}
+
+
+def test_a_failed_budget_save_shows_its_error_in_view_and_a_reload_does_not_break(page: Page, live_url, world):
+    sign_in(page, live_url, world.owner.user.email)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    page.goto(f"{live_url}/costs/")
+    form = page.locator("#budget-form")
+    form.get_by_label("Amount (USD)").fill("lots")
+    form.get_by_role("button", name="Save budget").click()
+    alert = page.get_by_test_id("budget-error")
+    expect(alert).to_be_in_viewport()
+    expect(form.get_by_label("Amount (USD)")).to_be_focused()
+    page.reload()  # the address is the form's target: a GET goes back to the costs page, not a blank 405
+    expect(page.get_by_role("heading", name="Costs", exact=True)).to_be_visible()

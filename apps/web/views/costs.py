@@ -64,7 +64,8 @@ def costs_context(request: HttpRequest, *, price_form: PriceForm | None = None,
 
 
 def first_invalid(form: PriceForm | BudgetForm | None) -> str:
-    """The field a failed save puts the cursor in (and so the page scrolls to); "" when it saved."""
+    """The field a failed save puts the cursor in (autofocus, so the browser scrolls the form into view;
+    "__all__": the form's own error message); "" when nothing failed."""
     if form is None or not form.errors:
         return ""
     return next((name for name in form.fields if name in form.errors), "__all__")
