@@ -228,6 +228,35 @@ def remove_member(*, actor: Actor, member_id: UUID | str) -> None:
         notify_access_changed(user_id=membership.user_id)
 
 
+def reset_member_password(*, actor: Actor, member_id: UUID | str) -> tuple[Membership, str]:
+    """Gives a member a new random password, returned once for the admin to hand over (the member changes it
+    after signing in); their other sessions stop signing in. Refused for oneself (use the password form),
+    for a role above the actor's or an owner by a non-owner, and for a person who also belongs to another
+    organisation: an admin here must not take over their account there (they use the emailed reset link).
+
+    Writes the user's password + `member.password_reset` audit. Raises PermissionDenied, NotFound, Conflict.
+    """
+    actor.require("members.manage")
+    with transaction.atomic():
+        membership = selectors.get_member(org_id=actor.org_id, member_id=member_id)
+        user = membership.user
+        if user.pk == actor.user_id:
+            raise Conflict("Change your own password under Account → Password.")
+        _guard_role_change(actor, current=membership.role, new=None)
+        if RANK[Role(membership.role)] > RANK[Role(actor.role)]:
+            raise PermissionDenied("You cannot reset the password of a role above your own.")
+        if user.is_superuser or selectors.memberships_of(user_id=user.pk).exclude(org_id=actor.org_id).exists():
+            raise Conflict(f"{user.email} also belongs to another organisation, so only they can reset their "
+                           "password: “Forgot your password?” on the sign-in page emails them a link.")
+        password = secrets.token_urlsafe(12)
+        user.set_password(password)
+        user.save(update_fields=["password"])
+        audit.record(org_id=actor.org_id, actor=actor, action="member.password_reset", target=membership,
+                     target_label=user.email, data={"email": user.email})
+        notify_access_changed(user_id=user.pk)
+    return membership, password
+
+
 def create_api_token(*, actor: Actor | None, org_id: UUID, name: str, role: str,
                      member_email: str | None = None) -> tuple[ApiToken, str]:
     """Creates a token held by a member and returns it with its value (shown once; only the hash is stored).

@@ -97,9 +97,14 @@ def check_routing_rules(rules: list[Any], *, member_names: set[str], errors: dic
     for index, raw in enumerate(rules or []):
         raw = raw if isinstance(raw, dict) else {}
         contains, route = str(raw.get("contains") or "").strip(), str(raw.get("route") or "").strip()
+        members = ", ".join(sorted(member_names)) or "none picked yet"
         if not contains:
-            errors[f"routing_rules.{index}"] = "A rule needs the text it looks for."
+            errors[f"routing_rules.{index}"] = "Start the rule with the text it looks for, then => and where it goes."
+        elif not route:
+            errors[f"routing_rules.{index}"] = (f"Say where “{contains}” goes: write => and a member's name "
+                                                f"({members}) or FINISH.")
         elif route != "FINISH" and route not in member_names:
-            errors[f"routing_rules.{index}"] = f"{route!r} is not a member of this crew (or FINISH)."
+            errors[f"routing_rules.{index}"] = (f"“{route}” is not a member of this crew. Members: {members}; "
+                                                "or FINISH to end the run.")
         out.append({"contains": contains, "route": route})
     return out

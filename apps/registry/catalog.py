@@ -39,6 +39,13 @@ class CatalogEntry:
     def command_line(self) -> str:
         return " ".join([self.command, *self.args])
 
+    def tier_caveat(self, tier: str) -> str:
+        """Why the entry, as suggested, will not start under `tier` ('' when it will)."""
+        if tier == TrustTier.THIRD_PARTY and self.command in FETCHERS:
+            return (f"Not as suggested: the sandbox has no network, so {self.command} cannot fetch the package. "
+                    "Install it on the worker machines first and give its installed command instead.")
+        return ""
+
     def server_fields(self) -> dict:
         """Keyword arguments for `services.create_server`, as the catalog suggests them."""
         return {"name": self.key, "description": self.summary, "transport": Transport.STDIO,
@@ -56,12 +63,26 @@ def _order_desk() -> CatalogEntry:
         trust_tier=TrustTier.INTERNAL,
         tier_reason="Your own code, run by you: its annotations are trusted, so lookups are read, refunds are "
                     "write and deleting a customer is dangerous, straight after the first sync.",
-        command=sys.executable, args=("-m", "apps.demo.order_desk", "stdio"), cwd=str(settings.BASE_DIR),
-        env={"ORDER_DESK_DATA": str(Path(settings.VAR_DIR) / "order-desk.json")},
-        notes="Its sample orders live in the JSON file named by ORDER_DESK_DATA; refunds are written there.",
+        # Started as a script (standard library + mcp, no Django): under third_party the sandbox runs it from
+        # its own work dir, where `-m apps...` would find no `apps` package.
+        command=sys.executable, args=(str(Path(settings.BASE_DIR) / "apps" / "demo" / "order_desk.py"), "stdio"),
+        cwd=str(settings.BASE_DIR), env={"ORDER_DESK_DATA": _order_desk_data()},
+        notes="Its sample orders live in the JSON file named by ORDER_DESK_DATA; refunds are written there. "
+              "Under third_party the sandbox keeps its own copy of that file in the server's work dir.",
     )
 
 
+def _order_desk_data() -> str:
+    """The data file, relative to the working directory when it lies under it: trusted tiers start in the
+    installation's folder (the same file as always), the sandbox in the server's private, writable work dir."""
+    data = Path(settings.VAR_DIR) / "order-desk.json"
+    try:
+        return str(data.relative_to(Path(settings.BASE_DIR).resolve()))
+    except ValueError:
+        return str(data)
+
+
+FETCHERS = ("uvx", "npx")  # commands that download the package on first start
 REFERENCE = "Reference server of the Model Context Protocol project (github.com/modelcontextprotocol/servers)"
 
 ENTRIES: tuple[CatalogEntry, ...] = (

@@ -6,9 +6,9 @@ from functools import wraps
 
 from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
-from django.http import HttpResponse
+from django.http import HttpResponse, HttpResponseNotAllowed
 from django.shortcuts import redirect
-from django.urls import reverse
+from django.urls import Resolver404, resolve, reverse
 
 from apps.accounts import selectors
 from apps.accounts.actors import Actor, member_actor
@@ -53,3 +53,34 @@ def member_required(permission: str = "org.view"):
         return wrapper
 
     return decorator
+
+
+def post_only(view):
+    """A form's target: POST runs the view; a GET or HEAD (a reload, a pasted address, the back button)
+    goes to the nearest page above the address instead of a blank 405. Other methods are refused."""
+
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if request.method == "POST":
+            return view(request, *args, **kwargs)
+        if request.method in ("GET", "HEAD"):
+            return redirect(page_above(request.path))
+        return HttpResponseNotAllowed(["POST"])
+
+    wrapper.post_only = True
+    return wrapper
+
+
+def page_above(path: str) -> str:
+    """The closest ancestor of `path` that is a page (resolves to a view that answers GET)."""
+    parts = [p for p in path.split("/") if p]
+    while parts:
+        parts.pop()
+        candidate = "/" + "".join(f"{p}/" for p in parts)
+        try:
+            match = resolve(candidate)
+        except Resolver404:
+            continue
+        if not getattr(match.func, "post_only", False):
+            return candidate
+    return "/"

@@ -1,6 +1,6 @@
 // Dark mode toggle (Tabler themes via data-bs-theme), copy buttons, and the small behaviours the
 // CSP keeps out of the markup (no inline handlers): data-confirm on forms, data-autosubmit on
-// selects, data-remove-closest on buttons, data-enter-does-not-submit on inputs.
+// selects, data-remove-closest (and data-focus-after) on buttons, data-enter-does-not-submit on inputs.
 (function () {
   const root = document.documentElement;
   const toggle = document.getElementById("theme-toggle");
@@ -11,6 +11,19 @@
       localStorage.setItem("airlock-theme", next);
     });
   }
+  // A form a socket rendered (a live panel: Cancel, Re-run) was rendered without the page's request, so it has
+  // no CSRF field: give every plain POST form the page's token (the one htmx sends as X-CSRFToken) on submit.
+  document.addEventListener("submit", function (event) {
+    const form = event.target;
+    if ((form.method || "").toLowerCase() !== "post" || form.querySelector("input[name=csrfmiddlewaretoken]")) return;
+    try {
+      const token = JSON.parse(document.body.getAttribute("hx-headers") || "{}")["X-CSRFToken"];
+      if (!token) return;
+      const field = document.createElement("input");
+      field.type = "hidden"; field.name = "csrfmiddlewaretoken"; field.value = token;
+      form.appendChild(field);
+    } catch (e) { /* no token on this page: the server refuses the post with its own message */ }
+  }, true);
   document.addEventListener("submit", function (event) {
     const form = event.target.closest("form[data-confirm]");
     if (form && !window.confirm(form.getAttribute("data-confirm"))) event.preventDefault();
@@ -18,6 +31,10 @@
   document.addEventListener("change", function (event) {
     if (event.target.matches("select[data-autosubmit]")) event.target.form.submit();
   });
+  // Filters that would push the list below the fold start folded on a phone (open without script).
+  if (window.matchMedia("(max-width: 767.98px)").matches) {
+    document.querySelectorAll("details[data-collapse-on-phone]").forEach(function (d) { d.open = false; });
+  }
   document.addEventListener("keydown", function (event) {
     if (event.key === "Enter" && event.target.matches("[data-enter-does-not-submit]")) event.preventDefault();
   });
@@ -26,8 +43,19 @@
     if (remover) {
       const row = remover.closest(remover.getAttribute("data-remove-closest"));
       if (row) row.remove();
+      // Keep the keyboard where it was: on the element named by data-focus-after (else nowhere new),
+      // and let a picker that hides what is already chosen list the removed item again.
+      const next = remover.getAttribute("data-focus-after");
+      if (next && document.querySelector(next)) document.querySelector(next).focus();
+      const picker = document.querySelector("[data-refresh-on-remove]");
+      if (picker && window.htmx) window.htmx.trigger(picker, "change");
       return;
     }
+  });
+  // Content swapped in that names itself the next focus (a decision's outcome) takes the keyboard.
+  document.addEventListener("htmx:afterSettle", function () {
+    const next = document.querySelector("[data-focus-on-swap]");
+    if (next) { next.removeAttribute("data-focus-on-swap"); next.focus(); }
   });
   // Live pages are htmx's ws extension alone: each element with ws-connect holds a socket whose messages are
   // partials swapped in by id. Mark each socket's element while it is open (data-live-state), and the body

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from playwright.sync_api import Page, expect
 
-from tests.agents.factories import order_desk
+from tests.agents.factories import order_desk, scripted_connection
 from tests.browser.test_foundation import sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -53,3 +53,20 @@ def test_a_builder_creates_an_agent_with_an_allowlist(page: Page, live_url, buil
     expect(permissions).to_contain_text("Runs without asking, unless amount_cents > 5000")
     expect(permissions).to_contain_text("This agent's grant for orders.delete_customer is deny.")
     expect(page.get_by_test_id("history")).to_contain_text("v1")
+
+
+def test_adding_a_tool_keeps_focus_and_the_picker_will_not_add_it_twice(page: Page, live_url, builder):
+    order_desk(builder.org)
+    scripted_connection(builder.org)
+    sign_in(page, live_url, builder.user.email)
+    page.goto(f"{live_url}/agents/new/")
+    page.get_by_role("button", name="Add orders.list_orders").click()
+    policy = page.get_by_label("Policy for orders.list_orders")
+    expect(policy).to_be_focused()  # the keyboard lands in the new row, not at the top of the page
+    expect(page.get_by_role("button", name="orders.list_orders is already in the allowlist")).to_be_disabled()
+    page.get_by_label("Search tools").fill("list")
+    expect(page.get_by_role("button", name="orders.list_orders is already in the allowlist")).to_be_disabled()
+    expect(page.locator("tr.grant-row[data-tool='orders.list_orders']")).to_have_count(1)
+    page.get_by_role("button", name="Remove orders.list_orders").click()
+    expect(page.get_by_label("Search tools")).to_be_focused()
+    expect(page.get_by_role("button", name="Add orders.list_orders")).to_be_enabled()

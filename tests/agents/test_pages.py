@@ -68,6 +68,29 @@ def test_the_tool_picker_filters_by_risk(client, org, builder):
     assert "orders.list_orders" not in page
 
 
+def test_a_tool_already_in_the_allowlist_cannot_be_added_again(client, org, builder):
+    order_desk(org)
+    signed_in(client, builder)
+    picker = client.get("/agents/tools/?grant_tool=orders.list_orders").content.decode()
+    listed = picker.split('id="pick-orderslist_orders"')[1].split("</span>")[0]
+    assert "disabled" in listed and "already in the allowlist" in listed
+    other = picker.split('id="pick-ordersget_order_status"')[1].split("</span>")[0]
+    assert "disabled" not in other and "Add orders.get_order_status" in other
+    assert client.get("/agents/grant-row/?tool=orders.list_orders&grant_tool=orders.list_orders").status_code == 204
+    added = client.get("/agents/grant-row/?tool=orders.list_orders&grant_tool=orders.refund_order")
+    row = added.content.decode()
+    assert added.status_code == 200 and 'name="grant_tool" value="orders.list_orders"' in row
+    assert 'id="pick-orderslist_orders" hx-swap-oob="true"' in row and "autofocus" in row
+
+
+def test_the_editor_marks_the_agents_granted_tools_as_added(client, org, builder):
+    order_desk(org)
+    agent = make_agent(org, name="Picky", grants=[{"tool": "orders.list_orders", "policy": "auto"}])
+    page = signed_in(client, builder).get(f"/agents/{agent.id}/edit/").content.decode()
+    assert "orders.list_orders is already in the allowlist" in page
+    assert "Add orders.get_order_status" in page
+
+
 @pytest.mark.parametrize("persona", ["viewer", "approver"])
 def test_viewers_see_agents_but_cannot_edit(client, request, org, persona):
     agent = make_agent(org, name="Visible")

@@ -95,10 +95,13 @@ def test_another_approver_rejects_with_a_comment_and_reads_the_models_answer(
     item.get_by_label("Comment").fill("Customer already got store credit")
     item.get_by_role("button", name="Reject").click()
     expect(item.get_by_test_id("decided")).to_contain_text(f"Rejected by {other.user.email}")
+    expect(page.get_by_test_id("decision-status")).to_be_focused()  # the keyboard stays here, not at the top
+    expect(page.get_by_test_id("decision-status")).to_contain_text("Rejected")
     page.goto(f"{live_url}/runs/{run.id}/")
     expect(page.locator("#run-header [data-status]")).to_have_text("succeeded", timeout=60_000)
     refund = page.locator("#run-tree [data-state=rejected]")
     expect(refund).to_contain_text("Customer already got store credit")
-    expect(page.get_by_test_id("run-tree")).to_contain_text("I could not refund it: a person rejected the refund")
+    # the answer is the run's output, shown once, in the header
+    expect(page.locator("#run-header")).to_contain_text("I could not refund it: a person rejected the refund")
     assert "refunds" not in json.loads(data.read_text() if data.exists() else "{}") or \
         json.loads(data.read_text())["refunds"] == {}

@@ -66,3 +66,18 @@ def test_the_editor_sets_and_shows_separation_of_duties(client, org, builder):
     assert crew.separation_of_duties
     editor = client.get(f"/crews/{crew.id}/edit/").content.decode()
     assert 'name="separation_of_duties" value="1" checked' in editor
+
+
+def test_a_bad_routing_rule_keeps_the_text_as_typed_and_names_its_line(client, org, builder):
+    boss, refunds = make_agent(org, name="Boss"), make_agent(org, name="Refunds")
+    typed = "refund => Refunds\n\nbilling\nlate => Lateness\n"
+    response = signed_in(client, builder).post("/crews/new/", crew_form(
+        process="supervisor", supervisor_agent_id=str(boss.id), members=[str(refunds.id)],
+        routing_rules=typed))
+    page = response.content.decode()
+    assert response.status_code == 422
+    textarea = page.split('id="f-routing_rules"')[1].split("</textarea>")[0]
+    assert textarea.endswith(">" + typed.replace(">", "&gt;"))  # as typed: no " =>" appended, the blank line kept
+    assert "Line 3: Say where “billing” goes: write =&gt; and a member&#x27;s name (Refunds) or FINISH." in page
+    assert "Line 4: “Lateness” is not a member of this crew. Members: Refunds; or FINISH to end the run." in page
+    assert "&#x27;&#x27; is not a member" not in page

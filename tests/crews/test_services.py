@@ -96,7 +96,7 @@ def test_a_supervisor_crew_with_routing_rules(builder, agents):
     assert [m.agent.name for m in crew.members.all()] == ["Triage", "Refunds"]
     errors = errors_of(builder, name="Sup2", process="supervisor", supervisor_agent_id=agents["Boss"].id,
                        members=[agents["Triage"].id], routing_rules=[{"contains": "refund", "route": "Refunds"}])
-    assert "'Refunds' is not a member" in errors["routing_rules.0"]
+    assert "“Refunds” is not a member of this crew. Members: Triage" in errors["routing_rules.0"]
 
 
 def test_limits_and_inputs_are_checked(builder, agents):

@@ -47,3 +47,27 @@ def test_the_bundled_order_desk_syncs_as_suggested(actor):
     tools = {t.name: t.risk for t in selectors.tools_for_org(org_id=actor.org_id, server=server.id)}
     assert tools["get_order_status"] == "read" and tools["refund_order"] == "write"
     assert tools["delete_customer"] == "dangerous"
+
+
+@pytest.mark.parametrize("tier", TrustTier.values)
+def test_the_bundled_order_desk_works_under_every_tier(actor, tier):
+    """Under third_party it runs in the sandbox, from its own work dir: no `apps` package to import there."""
+    from apps.registry import pool
+
+    fields = {**catalog_entry("orders").server_fields(), "trust_tier": tier}
+    server = services.create_server(actor=actor, sync=False, **fields)
+
+    report = services.sync_server(actor=actor, server_id=server.id)
+
+    assert report.status == "ok", report.error
+    result = pool.call_tool(server.id, "get_order_status", {"order_id": "A-1001"}, timeout=20)
+    assert "shipped" in result.text
+
+
+def test_an_entry_says_which_tier_it_cannot_start_under():
+    fetched = [entry for entry in catalog() if entry.command in ("uvx", "npx")]
+    assert fetched
+    for entry in fetched:
+        assert "no network" in entry.tier_caveat(TrustTier.THIRD_PARTY)
+        assert entry.tier_caveat(TrustTier.OFFICIAL) == ""
+    assert all(catalog_entry("orders").tier_caveat(t) == "" for t in TrustTier.values)

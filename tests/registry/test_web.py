@@ -84,3 +84,54 @@ def test_another_organisations_server_is_not_found(client, outsider, admin):
 
     server = register_python(member_actor(admin), "conf", "configurable.py", env={"TOOLS_FILE": "x"})
     assert signed_in(client, outsider).get(f"/servers/{server.id}/").status_code == 404
+
+
+def test_the_edit_form_is_filled_in_and_never_shows_secrets(client, admin, tmp_path):
+    from apps.accounts.actors import member_actor
+
+    server = register_python(member_actor(admin), "conf", "configurable.py",
+                             env={"TOOLS_FILE": str(tmp_path / "t.json"), "API_KEY": "edit-secret-5678"},
+                             headers={})
+    signed_in(client, admin)
+    assert f'href="/servers/{server.id}/edit/"' in client.get(f"/servers/{server.id}/").content.decode()
+    html = client.get(f"/servers/{server.id}/edit/").content.decode()
+    assert 'value="conf"' in html and "configurable.py" in html and 'value="internal" checked' in html
+    assert 'value="stdio" data-transport-choice="stdio" checked' in html
+    assert "edit-secret-5678" not in html and "Stored now: <code>API_KEY</code>, <code>TOOLS_FILE</code>" in html
+
+
+def test_saving_an_edit_keeps_blank_secrets_and_shows_field_errors(client, admin, tmp_path):
+    from apps.accounts.actors import member_actor
+
+    server = register_python(member_actor(admin), "conf", "configurable.py", env={"API_KEY": "keep-me"})
+    signed_in(client, admin)
+    bad = client.post(f"/servers/{server.id}/edit/", {"name": "conf", "transport": "stdio",
+                                                       "trust_tier": "official", "command": ""})
+    assert bad.status_code == 422 and "needs a command" in bad.content.decode()
+    saved = client.post(f"/servers/{server.id}/edit/", {
+        "name": "conf2", "transport": "stdio", "trust_tier": "official", "command": sys.executable,
+        "args": str(SERVERS / "configurable.py"), "cwd": str(ROOT), "env": "", "bearer_token": ""})
+    assert saved.status_code == 302 and saved["Location"] == f"/servers/{server.id}/"
+    server.refresh_from_db()
+    assert (server.name, server.trust_tier, server.env) == ("conf2", "official", {"API_KEY": "keep-me"})
+
+
+def test_a_viewer_cannot_open_the_edit_form(client, viewer, admin):
+    from apps.accounts.actors import member_actor
+
+    server = register_python(member_actor(admin), "conf", "configurable.py")
+    signed_in(client, viewer)
+    assert client.get(f"/servers/{server.id}/edit/").status_code == 403
+    assert "/edit/" not in client.get(f"/servers/{server.id}/").content.decode()
+
+
+def test_a_failed_sync_shows_when_it_failed_not_never(client, admin):
+    from apps.accounts.actors import member_actor
+
+    server = register_python(member_actor(admin), "broken", "no_such_module_here")
+    services.sync_server(actor=member_actor(admin), server_id=server.id)
+    signed_in(client, admin)
+    html = client.get(f"/servers/{server.id}/").content.decode()
+    cell = html.split('data-testid="last-sync">')[1].split("</dd>")[0]
+    assert "failed" in cell and "<time" in cell and "never" not in cell
+    assert "failed <time" in client.get("/servers/").content.decode()

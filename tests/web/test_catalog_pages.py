@@ -64,3 +64,19 @@ def test_the_servers_list_filters_sorts_and_links_to_the_catalog(client, admin):
 def test_an_empty_registry_points_to_the_catalog(client, admin):
     html = signed_in(client, admin).get("/servers/").content.decode()
     assert "No MCP servers yet" in html and "Open the catalog" in html
+
+
+def test_a_builder_is_told_whom_to_ask_and_can_write_to_them(client, builder, owner, admin):
+    html = signed_in(client, builder).get("/servers/catalog/").content.decode()
+    note = html.split('data-testid="ask-admin-note">')[1].split("</div>")[0]
+    assert "Only owners and admins register servers" in note
+    assert owner.user.email in note and admin.user.email in note
+    ask = html.split('data-testid="ask-admin"')[0].rsplit("<a ", 1)[1]
+    emails = sorted([owner.user.email, admin.user.email])
+    assert f"mailto:{','.join(emails)}?" in ask
+    assert "Please%20register%20the%20MCP%20server" in ask
+    entry = client.get("/servers/catalog/time/").content.decode()
+    assert 'data-testid="ask-admin"' in entry and "Ask an admin to register it" in entry
+
+    html = signed_in(client, owner).get("/servers/catalog/").content.decode()
+    assert 'data-testid="ask-admin' not in html

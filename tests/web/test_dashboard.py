@@ -59,8 +59,9 @@ def build_org(org):
             tool_id=tools["refund_order"].id, title="Refund A-1001", arguments={"order_id": "A-1001"},
             args_hash="0" * 64, definition_hash=tools["refund_order"].definition_hash, risk="write",
             reason="needs a person", rule="approve", context={}, expires_at=None, requested_by_user_id=None)
-        ApprovalRequest.objects.filter(id=request.id).update(created_at=now - timedelta(hours=hours_ago),
-                                                             status=status)
+        ApprovalRequest.objects.filter(id=request.id).update(
+            created_at=now - timedelta(hours=hours_ago), status=status,
+            decided_by_id=owner.user_id if status == "approved" else None)
     costs.set_model_price(actor=owner, model="desk-model", input_per_mtok=Decimal("1000"),
                           output_per_mtok=Decimal("0"))  # $1 per thousand input tokens
     costs.record_usage(org_id=org.id, provider="openai", model="desk-model", input_tokens=3000, output_tokens=0,
@@ -80,9 +81,9 @@ def test_an_empty_org_sees_zeros_and_the_whole_checklist(client, owner):
     assert text(page, "tile-spend-amount") == "$0.00"
     assert text(page, "tile-spend-budget") == "No monthly budget set"
     assert text(page, "tile-servers-quarantined") == "No servers registered"
-    assert text(page, "checklist-progress") == "0 of 4 done"
-    assert page.count('data-done="false"') == 4
-    for href in ('href="/servers/"', 'href="/agents/"', 'href="/crews/"', 'href="/runs/"'):
+    assert text(page, "checklist-progress") == "0 of 5 done"
+    assert page.count('data-done="false"') == 5
+    for href in ('href="/servers/"', 'href="/agents/"', 'href="/crews/"', 'href="/runs/"', 'href="/inbox/"'):
         assert href in page
 
 
@@ -110,7 +111,7 @@ def test_each_tile_counts_this_orgs_rows_and_links_to_its_page(client, owner, ou
     for path in ("/inbox/", "/runs/", f"/runs/?status=failed&since={since}", "/costs/", "/servers/?status=error"):
         assert client.get(path).status_code == 200
 
-    # all four first steps are done: the checklist has gone
+    # all five first steps are done: the checklist has gone
     assert 'data-testid="checklist"' not in page
     activity = page[page.index('data-testid="recent-activity"'):]
     assert 'href="/audit/"' in activity and activity.count("<code>") == 8  # the owner reads the audit log's latest
@@ -120,9 +121,25 @@ def test_the_checklist_ticks_off_what_exists(client, owner):
     order_desk(owner.org)
     make_agent(owner.org, name="Solo")
     page = signed_in(client, owner).get("/").content.decode()
-    assert text(page, "checklist-progress") == "2 of 4 done"
+    assert text(page, "checklist-progress") == "2 of 5 done"
     steps = re.findall(r'data-testid="checklist-step" data-done="(true|false)"', page)
-    assert steps == ["true", "true", "false", "false"]
+    assert steps == ["true", "true", "false", "false", "false"]
+
+
+def test_the_seeded_demo_org_shows_the_checklist_until_a_person_runs_and_decides(client, settings, tmp_path):
+    """The seed registers, defines, builds and leaves a held run: the newcomer has still to start a run
+    and decide a held call themselves."""
+    from apps.accounts.models import Membership
+    from apps.demo.services import seed_demo
+
+    settings.VAR_DIR = tmp_path
+    seed_demo()
+    owner = Membership.objects.filter(org__slug="demo", role="owner").select_related("user").first()
+    page = signed_in(client, owner).get("/").content.decode()
+    assert 'data-testid="checklist"' in page
+    assert text(page, "checklist-progress") == "3 of 5 done"
+    steps = re.findall(r'data-testid="checklist-step" data-done="(true|false)"', page)
+    assert steps == ["true", "true", "true", "false", "false"]
 
 
 def test_a_viewer_sees_recent_runs_instead_of_the_audit_log(client, viewer):

@@ -10,7 +10,6 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from apps.agents import selectors, services, starters
@@ -20,7 +19,7 @@ from apps.core.errors import Conflict, ValidationFailed
 from apps.costs import selectors as costs
 from apps.costs.models import BudgetScope
 from apps.registry.models import Risk, TrustTier
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.tables import sorted_page
 
 AGENT_TEXT_FIELDS = ("name", "role", "instructions", "in_scope", "out_of_scope", "connection_id", "model",
@@ -89,13 +88,17 @@ def _editor(request: HttpRequest, *, agent, values: dict[str, Any], grants: list
             errors: dict[str, str] | None = None, status: int = 200) -> HttpResponse:
     org_id = request.actor.org_id
     connections = list(selectors.org_connections(org_id=org_id))
+    tools = list(selectors.grantable_tools(org_id=org_id)[:50])
+    granted = {row["ref"] for row in grants}
+    for tool in tools:
+        tool.granted = tool.qualified_name in granted
     context = {
         "agent": agent, "values": values, "grants": grants, "errors": errors or {},
         "connections": connections, "policies": GrantPolicy.choices,
         "scripted_ids": [str(c.id) for c in connections if c.provider == Provider.SCRIPTED],
         "servers": sorted({t.server.name for t in selectors.grantable_tools(org_id=org_id)}),
         "risks": Risk.choices, "tiers": TrustTier.choices,
-        "tools": selectors.grantable_tools(org_id=org_id)[:50],
+        "tools": tools,
         "prompt": _preview(values),
         "starters": starters.STARTERS, "starter": request.GET.get("template", ""),
         "starter_server": request.GET.get("server", ""),
@@ -152,7 +155,7 @@ def agent_edit(request: HttpRequest, agent_id) -> HttpResponse:
     return _editor(request, agent=agent, values=_agent_values(agent), grants=grants)
 
 
-@require_POST
+@post_only
 @member_required("build")
 def prompt_preview(request: HttpRequest) -> HttpResponse:
     """The live preview: the exact prompt the engine would send for what is typed now."""
@@ -164,16 +167,21 @@ def tool_picker(request: HttpRequest) -> HttpResponse:
     tools = selectors.grantable_tools(org_id=request.actor.org_id, server=request.GET.get("server", ""),
                                       risk=request.GET.get("risk", ""), tier=request.GET.get("tier", ""),
                                       search=request.GET.get("q", "").strip())[:50]
+    granted = set(request.GET.getlist("grant_tool"))
+    for tool in tools:
+        tool.granted = tool.qualified_name in granted
     return render(request, "web/agents/_tool_results.html", {"tools": tools})
 
 
 @member_required("build")
 def grant_row(request: HttpRequest) -> HttpResponse:
+    """A new allowlist row for the picked tool; nothing when it is already in the list (the picker marks it)."""
     tool = selectors.find_tool(org_id=request.actor.org_id, ref=request.GET.get("tool", ""))
-    if tool is None:
+    if tool is None or tool.qualified_name in request.GET.getlist("grant_tool"):
         return HttpResponse(status=204)
     row = {"tool": tool, "ref": tool.qualified_name, "policy": _default_policy(tool), "condition": "", "error": ""}
-    return render(request, "web/agents/_grant_row.html", {"row": row, "policies": GrantPolicy.choices})
+    return render(request, "web/agents/_grant_row.html", {"row": row, "policies": GrantPolicy.choices,
+                                                          "added": True})
 
 
 # --- Detail, enable/disable, delete ------------------------------------------------------------------
@@ -192,7 +200,7 @@ def agent_detail(request: HttpRequest, agent_id) -> HttpResponse:
         "can_build": request.actor.can("build"), "can_try": request.actor.can("runs.start"), "errors": {}})
 
 
-@require_POST
+@post_only
 @member_required("build")
 def agent_toggle(request: HttpRequest, agent_id) -> HttpResponse:
     enable = request.POST.get("enabled") == "1"
@@ -201,7 +209,7 @@ def agent_toggle(request: HttpRequest, agent_id) -> HttpResponse:
     return _redirect(request, reverse("web:agent_detail", args=[agent.id]))
 
 
-@require_POST
+@post_only
 @member_required("build")
 def agent_delete(request: HttpRequest, agent_id) -> HttpResponse:
     agent = selectors.get_agent(org_id=request.actor.org_id, agent_id=agent_id)
@@ -263,7 +271,7 @@ def connection_edit(request: HttpRequest, connection_id) -> HttpResponse:
         "connection": connection, "values": values, "errors": errors, "providers": Provider.choices}, status=status)
 
 
-@require_POST
+@post_only
 @member_required("build")
 def connection_test(request: HttpRequest, connection_id) -> HttpResponse:
     result = services.test_connection(actor=request.actor, connection_id=connection_id,
@@ -271,7 +279,7 @@ def connection_test(request: HttpRequest, connection_id) -> HttpResponse:
     return render(request, "web/agents/_connection_result.html", {"result": result, "connection_id": connection_id})
 
 
-@require_POST
+@post_only
 @member_required("build")
 def connection_delete(request: HttpRequest, connection_id) -> HttpResponse:
     try:

@@ -10,12 +10,11 @@ from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from apps.audit import selectors
 from apps.audit.models import AuditEvent
 from apps.audit.redaction import redact
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.forms import AuditFilterForm
 
 
@@ -61,7 +60,7 @@ def audit_log(request: HttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
-@require_POST
+@post_only
 @member_required("audit.view")
 def audit_verify(request: HttpRequest) -> HttpResponse:
     """Recomputes the chain now and reports the first event whose hash does not match (htmx partial)."""

@@ -14,10 +14,10 @@ from django.contrib.auth import views as auth_views
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse, reverse_lazy
-from django.views.decorators.http import require_POST
 
 from apps.accounts import selectors, services
 from apps.core.errors import ValidationFailed
+from apps.web.access import post_only
 from apps.web.forms import EmailAuthenticationForm, SignUpForm, apply_domain_errors
 
 
@@ -81,7 +81,7 @@ class PasswordResetConfirmView(auth_views.PasswordResetConfirmView):
         return response
 
 
-@require_POST
+@post_only
 def sign_out(request: HttpRequest) -> HttpResponse:
     from django.contrib.auth import logout
 
@@ -117,7 +117,7 @@ def no_org(request: HttpRequest) -> HttpResponse:
     return render(request, "web/auth/no_org.html")
 
 
-@require_POST
+@post_only
 def switch_org(request: HttpRequest) -> HttpResponse:
     if not request.user.is_authenticated:
         return redirect("web:login")

@@ -7,6 +7,8 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from apps.accounts import selectors as accounts
+from apps.accounts.roles import Role
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.registry import services
 from apps.registry.catalog import CatalogEntry, catalog, catalog_entry
@@ -23,15 +25,25 @@ def initial_data(entry: CatalogEntry) -> dict[str, str]:
             "env": "\n".join(f"{k}={v}" for k, v in fields["env"].items())}
 
 
+def server_admins(request: HttpRequest) -> list[str]:
+    """Whom a builder asks to register a server: the organisation's owners and admins (their emails)."""
+    if request.actor.can("servers.manage"):
+        return []
+    members = accounts.org_members(org_id=request.actor.org_id).filter(role__in=[Role.OWNER, Role.ADMIN])
+    return [m.user.email for m in members if m.user.is_active]
+
+
 @member_required()
 def server_catalog(request: HttpRequest) -> HttpResponse:
-    return render(request, "web/servers/catalog.html", {"entries": catalog()})
+    return render(request, "web/servers/catalog.html", {"entries": catalog(), "admins": server_admins(request),
+                                                        "catalog_url": request.build_absolute_uri()})
 
 
 def _entry_page(request: HttpRequest, entry: CatalogEntry, form: ServerForm, status: int = 200) -> HttpResponse:
-    tiers = [(t, TRUST_TIER_HELP[t], t == entry.trust_tier) for t in TrustTier]
-    return render(request, "web/servers/catalog_entry.html", {"entry": entry, "form": form, "tiers": tiers},
-                  status=status)
+    tiers = [(t, TRUST_TIER_HELP[t], t == entry.trust_tier, entry.tier_caveat(t)) for t in TrustTier]
+    return render(request, "web/servers/catalog_entry.html", {
+        "entry": entry, "form": form, "tiers": tiers, "admins": server_admins(request),
+        "catalog_url": request.build_absolute_uri()}, status=status)
 
 
 @member_required()

@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
 from apps.agents import selectors as agents
 from apps.core.errors import ValidationFailed
@@ -17,7 +16,7 @@ from apps.costs.models import BudgetScope
 from apps.crews import selectors as crews
 from apps.demo.services import EXAMPLE_PRICE_NOTE
 from apps.runs import history
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.forms import BudgetForm, CostRangeForm, PriceForm, apply_domain_errors
 
 BREAKDOWNS = [("crew", "By crew"), ("agent", "By agent"), ("model", "By model"), ("provider", "By provider")]
@@ -61,11 +60,20 @@ def costs_context(request: HttpRequest, *, price_form: PriceForm | None = None,
         "can_manage": request.actor.can("costs.manage"),
         "price_form": price_form or PriceForm(initial={"effective_from": datetime.now(UTC).date()}),
         "budget_form": budget_form or BudgetForm(),
+        "price_focus": first_invalid(price_form), "budget_focus": first_invalid(budget_form),
         "crews": crews.org_crews(org_id=org_id), "agents": agents.org_agents(org_id=org_id),
     }
 
 
-@require_POST
+def first_invalid(form: PriceForm | BudgetForm | None) -> str:
+    """The field a failed save puts the cursor in (autofocus, so the browser scrolls the form into view;
+    "__all__": the form's own error message); "" when nothing failed."""
+    if form is None or not form.errors:
+        return ""
+    return next((name for name in form.fields if name in form.errors), "__all__")
+
+
+@post_only
 @member_required("costs.manage")
 def price_add(request: HttpRequest) -> HttpResponse:
     form = PriceForm(request.POST)
@@ -86,7 +94,7 @@ def price_add(request: HttpRequest) -> HttpResponse:
     return render(request, "web/costs/page.html", costs_context(request, price_form=form), status=422)
 
 
-@require_POST
+@post_only
 @member_required("costs.manage")
 def price_delete(request: HttpRequest, price_id) -> HttpResponse:
     services.delete_model_price(actor=request.actor, price_id=price_id)
@@ -94,7 +102,7 @@ def price_delete(request: HttpRequest, price_id) -> HttpResponse:
     return redirect("web:costs")
 
 
-@require_POST
+@post_only
 @member_required("costs.manage")
 def budget_set(request: HttpRequest) -> HttpResponse:
     form = BudgetForm(request.POST)
@@ -125,7 +133,7 @@ def _target(request: HttpRequest, scope: str, target: str) -> tuple[str | None, 
     return str(agent.id), agent.name
 
 
-@require_POST
+@post_only
 @member_required("costs.manage")
 def budget_delete(request: HttpRequest, budget_id) -> HttpResponse:
     services.delete_budget(actor=request.actor, budget_id=budget_id)

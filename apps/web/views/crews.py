@@ -9,7 +9,6 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 from django_htmx.http import HttpResponseClientRedirect
 
 from apps.agents import selectors as agents
@@ -17,7 +16,7 @@ from apps.core.errors import ValidationFailed
 from apps.crews import selectors, services, starters
 from apps.crews.validation import INPUT_TYPES
 from apps.runs import history
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.tables import sorted_page
 from apps.web.views.runs import review_columns
 
@@ -46,14 +45,25 @@ def crew_list(request: HttpRequest) -> HttpResponse:
 
 # --- The editor ----------------------------------------------------------------------------------
 
-def parse_routing_rules(text: str) -> list[dict[str, str]]:
-    """One rule a line: `text => Member name` (or `=> FINISH`)."""
+def parse_routing_rules(text: str) -> list[dict[str, Any]]:
+    """One rule a line: `text => Member name` (or `=> FINISH`). Each rule keeps its line number so an
+    error can name the line the person typed it on (blank lines count)."""
     rules = []
-    for line in (text or "").splitlines():
+    for number, line in enumerate((text or "").splitlines(), start=1):
         if line.strip():
             contains, _, route = line.partition("=>")
-            rules.append({"contains": contains.strip(), "route": route.strip()})
+            rules.append({"contains": contains.strip(), "route": route.strip(), "line": number})
     return rules
+
+
+def routing_rule_errors(rules: list[dict[str, Any]], errors: dict[str, str]) -> list[str]:
+    """The rules' errors in line order, each prefixed with the line it is on."""
+    out = []
+    for index, rule in enumerate(rules):
+        message = errors.get(f"routing_rules.{index}")
+        if message:
+            out.append(f"Line {rule.get('line', index + 1)}: {message}")
+    return out
 
 
 def _submitted(request: HttpRequest) -> dict[str, Any]:
@@ -70,6 +80,13 @@ def _submitted(request: HttpRequest) -> dict[str, Any]:
     values["on_untrusted"] = post.get("on_untrusted", "hold")
     values["routing_rules"] = parse_routing_rules(post.get("routing_rules", ""))
     return values
+
+
+def _rules_text(request: HttpRequest, values: dict[str, Any]) -> str:
+    """What the person typed, as typed, after a failed save; the saved rules otherwise."""
+    if request.method == "POST":
+        return request.POST.get("routing_rules", "")
+    return "\n".join(f"{r['contains']} => {r['route']}" for r in values.get("routing_rules") or [])
 
 
 def _crew_values(crew) -> dict[str, Any]:
@@ -94,8 +111,8 @@ def _editor(request: HttpRequest, *, crew, values: dict[str, Any], errors: dict[
               "errors": {k: errors.get(f"tasks.{i}.{k}", "") for k in ("name", "agent_id", "description", "context")}}
              for i, t in enumerate(values.get("tasks") or [])]
     inputs = [{**row, "error": errors.get(f"inputs.{i}", "")} for i, row in enumerate(values.get("inputs") or [])]
-    rules_text = "\n".join(f"{r['contains']} => {r['route']}" for r in values.get("routing_rules") or [])
-    rule_errors = [m for k, m in errors.items() if k.startswith("routing_rules.")]
+    rules_text = _rules_text(request, values)
+    rule_errors = routing_rule_errors(values.get("routing_rules") or [], errors)
     context = {"crew": crew, "values": values, "errors": errors, "tasks": tasks, "inputs": inputs,
                "rules_text": rules_text, "rule_errors": rule_errors, "input_types": INPUT_TYPES,
                "agents": list(agents.org_agents(org_id=request.actor.org_id)),
@@ -169,7 +186,7 @@ def crew_detail(request: HttpRequest, crew_id) -> HttpResponse:
         "can_build": request.actor.can("build"), "crew_runs": crew_runs})
 
 
-@require_POST
+@post_only
 @member_required("build")
 def crew_toggle(request: HttpRequest, crew_id) -> HttpResponse:
     enable = request.POST.get("enabled") == "1"
@@ -178,7 +195,7 @@ def crew_toggle(request: HttpRequest, crew_id) -> HttpResponse:
     return _redirect(request, reverse("web:crew_detail", args=[crew.id]))
 
 
-@require_POST
+@post_only
 @member_required("build")
 def crew_delete(request: HttpRequest, crew_id) -> HttpResponse:
     crew = selectors.get_crew(org_id=request.actor.org_id, crew_id=crew_id)

@@ -10,13 +10,12 @@ from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
 from apps.agents import selectors as agents
 from apps.core.errors import PermissionDenied, ValidationFailed
 from apps.gateway import selectors, services
 from apps.gateway.models import DEFAULT_HOLD_WAIT_S, DEFAULT_RATE_LIMIT
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.forms import apply_domain_errors
 
 
@@ -71,7 +70,7 @@ def gateway_keys(request: HttpRequest) -> HttpResponse:
     return _page(request, CreateGatewayKeyForm(org_id=org_id), created=(key, raw))
 
 
-@require_POST
+@post_only
 @member_required("tokens.manage")
 def revoke_gateway_key(request: HttpRequest, key_id) -> HttpResponse:
     key = services.revoke_key(actor=request.actor, key_id=key_id)

@@ -21,7 +21,6 @@ from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from apps.accounts.actors import Actor
 from apps.agents import selectors as agents
@@ -35,7 +34,7 @@ from apps.registry import selectors as registry
 from apps.runs import questions as answering
 from apps.runs import selectors as runs
 from apps.runs import services
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.views import triage_pages
 
 FILTERS = ("crew", "agent", "server", "risk", "kind")
@@ -233,7 +232,7 @@ def inbox(request: HttpRequest) -> HttpResponse:
     return render(request, "web/inbox/list.html", context)
 
 
-@require_POST
+@post_only
 @member_required("approvals.decide")
 def inbox_decide(request: HttpRequest, approval_id) -> HttpResponse:
     actor = request.actor
@@ -268,7 +267,7 @@ def inbox_decide(request: HttpRequest, approval_id) -> HttpResponse:
     return redirect(_next(request))
 
 
-@require_POST
+@post_only
 @member_required()
 def inbox_answer(request: HttpRequest, approval_id) -> HttpResponse:
     """A person answers a question (text or one of its choices) or a server's form (accept with the fields,
@@ -332,7 +331,7 @@ def standing_list(request: HttpRequest) -> HttpResponse:
                   {"items": items, "can_revoke": request.actor.can("approvals.decide")})
 
 
-@require_POST
+@post_only
 @member_required("approvals.decide")
 def standing_revoke(request: HttpRequest, standing_id) -> HttpResponse:
     standing.revoke_standing(actor=request.actor, standing_id=standing_id)

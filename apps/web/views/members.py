@@ -4,12 +4,11 @@ from django.contrib import messages
 from django.contrib.auth import login
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
 from apps.accounts import lockouts, selectors, services
 from apps.accounts.roles import ROLE_HELP, Role
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.forms import AcceptInviteForm, AddMemberForm, InviteForm, apply_domain_errors
 
 
@@ -51,7 +50,7 @@ def members(request: HttpRequest) -> HttpResponse:
     return _page(request, AddMemberForm(), new_password=password and (membership.user.email, password))
 
 
-@require_POST
+@post_only
 @member_required("members.manage")
 def change_role(request: HttpRequest, member_id) -> HttpResponse:
     try:
@@ -64,7 +63,7 @@ def change_role(request: HttpRequest, member_id) -> HttpResponse:
     return redirect("web:members")
 
 
-@require_POST
+@post_only
 @member_required("members.manage")
 def remove_member(request: HttpRequest, member_id) -> HttpResponse:
     membership = selectors.get_member(org_id=request.actor.org_id, member_id=member_id)
@@ -78,7 +77,7 @@ def remove_member(request: HttpRequest, member_id) -> HttpResponse:
     return redirect("web:members")
 
 
-@require_POST
+@post_only
 @member_required("members.manage")
 def unlock_member(request: HttpRequest, member_id) -> HttpResponse:
     """Lifts a sign-in lockout (too many wrong passwords) before its cool-off ends."""
@@ -106,7 +105,7 @@ def _invite(request: HttpRequest) -> HttpResponse:
     return _page(request, AddMemberForm())
 
 
-@require_POST
+@post_only
 @member_required("members.manage")
 def revoke_invite(request: HttpRequest, invite_id) -> HttpResponse:
     invite = services.revoke_invite(actor=request.actor, invite_id=invite_id)
@@ -144,3 +143,16 @@ def accept_invite(request: HttpRequest, token: str) -> HttpResponse:
     return render(request, "web/auth/invite.html", {
         "invite": invite, "problem": problem, "form": form, "signed_in_as": user,
         "sign_in_first": user is None and not needs_account and not problem}, status=status)
+
+
+@post_only
+@member_required("members.manage")
+def reset_password(request: HttpRequest, member_id) -> HttpResponse:
+    """A new one-time password for a member who lost theirs, shown once like a new member's."""
+    try:
+        membership, password = services.reset_member_password(actor=request.actor, member_id=member_id)
+    except (PermissionDenied, Conflict) as exc:
+        messages.error(request, exc.message)
+        return _page(request, AddMemberForm()) if request.htmx else redirect("web:members")
+    messages.success(request, f"{membership.user.email} has a new password; their other sessions are signed out.")
+    return _page(request, AddMemberForm(), new_password=(membership.user.email, password))

@@ -8,13 +8,12 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
 from apps.core.errors import ValidationFailed
 from apps.crews import selectors as crews
 from apps.notifications import routing, selectors, services, slack
 from apps.notifications.models import EVENTS
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 
 
 @member_required("members.manage")
@@ -83,7 +82,7 @@ def notifications(request: HttpRequest) -> HttpResponse:
     return render(request, "web/notifications/page.html", context, status=status)
 
 
-@require_POST
+@post_only
 @member_required("members.manage")
 def webhook_delete(request: HttpRequest, webhook_id) -> HttpResponse:
     services.delete_webhook(actor=request.actor, webhook_id=webhook_id)

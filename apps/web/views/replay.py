@@ -8,13 +8,12 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
 from apps.agents import selectors as agents
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.runs import replay, selectors, trial
 from apps.runs.models import RunStep, StepKind
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 
 
 @member_required("runs.start")
@@ -33,7 +32,7 @@ def agent_try(request: HttpRequest, agent_id) -> HttpResponse:
     return redirect("web:run_detail", run_id=run.id)
 
 
-@require_POST
+@post_only
 @member_required("runs.start")
 def run_rerun(request: HttpRequest, run_id) -> HttpResponse:
     try:

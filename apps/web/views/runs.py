@@ -10,7 +10,6 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
 from apps.accounts import selectors as accounts
 from apps.agents import selectors as agents
@@ -19,7 +18,7 @@ from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.crews import selectors as crews
 from apps.runs import history, replay, selectors, services, trial
 from apps.runs.models import RunStatus
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.forms import RunFilterForm
 from apps.web.views.inbox import item_context
 
@@ -130,7 +129,7 @@ def history_context(run) -> dict:
             "snapshot_json": json.dumps(history.mask(run.snapshot), indent=2, sort_keys=True, default=str)}
 
 
-@require_POST
+@post_only
 @member_required("runs.start")
 def run_cancel(request: HttpRequest, run_id) -> HttpResponse:
     services.cancel_run(actor=request.actor, run_id=run_id)
@@ -141,7 +140,7 @@ def run_cancel(request: HttpRequest, run_id) -> HttpResponse:
 RESOLVED_TEXT = {"succeeded": "Recorded: the call happened.", "failed": "Recorded: the call did not happen."}
 
 
-@require_POST
+@post_only
 @member_required("approvals.decide")
 def tool_call_resolve(request: HttpRequest, tool_call_id) -> HttpResponse:
     """A person says what happened to a call whose outcome is unknown; the run resumes when nothing else waits."""

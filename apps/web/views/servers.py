@@ -6,12 +6,11 @@ from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
 from apps.core.errors import Conflict, ValidationFailed
 from apps.registry import selectors, services
 from apps.registry.models import TRUST_TIER_HELP, Risk, ServerStatus, ToolState, Transport, TrustTier
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.forms import apply_domain_errors
 from apps.web.tables import sorted_page
 
@@ -31,7 +30,7 @@ def _pairs(text: str, sep: str) -> dict[str, str] | None:
 class ServerForm(forms.Form):
     name = forms.CharField(max_length=32, help_text="Lowercase; tools are called name.tool.")
     description = forms.CharField(max_length=300, required=False)
-    transport = forms.ChoiceField(choices=Transport.choices)
+    transport = forms.ChoiceField(choices=Transport.choices, initial=Transport.STDIO)
     trust_tier = forms.ChoiceField(choices=TrustTier.choices, initial=TrustTier.THIRD_PARTY)
     command = forms.CharField(max_length=500, required=False, help_text="stdio: the program to start.")
     args = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 3}),
@@ -42,7 +41,8 @@ class ServerForm(forms.Form):
     url = forms.CharField(max_length=500, required=False, label="URL", help_text="http: the Streamable HTTP endpoint.")
     headers = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2}),
                               help_text="Name: value per line. Write-only: leave empty to keep.")
-    bearer_token = forms.CharField(required=False, widget=forms.PasswordInput, help_text="Write-only.")
+    bearer_token = forms.CharField(required=False, widget=forms.PasswordInput,
+                                   help_text="Write-only: leave empty to keep the stored token.")
 
     def service_fields(self) -> dict:
         data = dict(self.cleaned_data)
@@ -124,7 +124,38 @@ def server_status(request: HttpRequest, server_id) -> HttpResponse:
     return response
 
 
-@require_POST
+def _edit_page(request: HttpRequest, server, form: ServerForm, status: int = 200) -> HttpResponse:
+    return render(request, "web/servers/edit.html", {
+        "server": server, "form": form, "tiers": [(t, TRUST_TIER_HELP[t]) for t in TrustTier],
+        "stored_env": server.env_keys, "stored_headers": server.header_keys}, status=status)
+
+
+@member_required("servers.manage")
+def server_edit(request: HttpRequest, server_id) -> HttpResponse:
+    """The register form again, filled in; secrets are write-only (blank keeps the stored ones). Saving goes
+    through the same service as the API's PATCH, so a changed definition re-syncs and re-pins the same way."""
+    server = selectors.get_server(org_id=request.actor.org_id, server_id=server_id)
+    if request.method != "POST":
+        initial = {k: getattr(server, k) for k in ("name", "description", "transport", "trust_tier", "command",
+                                                    "cwd", "url")}
+        return _edit_page(request, server, ServerForm(initial={**initial, "args": "\n".join(server.args)}))
+    form = ServerForm(request.POST)
+    if not form.is_valid():
+        return _edit_page(request, server, form, status=422)
+    try:
+        saved = services.update_server(actor=request.actor, server_id=server.id, **form.service_fields())
+    except ValidationFailed as exc:
+        apply_domain_errors(form, exc)
+        return _edit_page(request, server, form, status=422)
+    except Conflict as exc:
+        form.add_error("name", f"{exc.message} Choose another name.")
+        return _edit_page(request, server, form, status=422)
+    messages.success(request, f"Server “{saved.name}” saved; syncing it again to check its tools."
+                     if saved.enabled else f"Server “{saved.name}” saved.")
+    return redirect("web:server", server_id=saved.id)
+
+
+@post_only
 @member_required("servers.manage")
 def server_sync(request: HttpRequest, server_id) -> HttpResponse:
     services.request_sync(actor=request.actor, server_id=server_id)
@@ -133,7 +164,7 @@ def server_sync(request: HttpRequest, server_id) -> HttpResponse:
     return redirect("web:server", server_id=server_id)
 
 
-@require_POST
+@post_only
 @member_required("servers.manage")
 def server_requests(request: HttpRequest, server_id) -> HttpResponse:
     """What the server may ask during a call: elicitation, sampling, and whether sampling waits for a person."""
@@ -144,7 +175,7 @@ def server_requests(request: HttpRequest, server_id) -> HttpResponse:
     return redirect("web:server", server_id=server_id)
 
 
-@require_POST
+@post_only
 @member_required("servers.manage")
 def server_toggle(request: HttpRequest, server_id) -> HttpResponse:
     current = selectors.get_server(org_id=request.actor.org_id, server_id=server_id)
@@ -152,7 +183,7 @@ def server_toggle(request: HttpRequest, server_id) -> HttpResponse:
     return redirect("web:server", server_id=server_id)
 
 
-@require_POST
+@post_only
 @member_required("servers.manage")
 def server_trusted_output(request: HttpRequest, server_id) -> HttpResponse:
     trusted = request.POST.get("trusted") == "1"
@@ -162,7 +193,7 @@ def server_trusted_output(request: HttpRequest, server_id) -> HttpResponse:
     return redirect("web:server", server_id=server_id)
 
 
-@require_POST
+@post_only
 @member_required("servers.manage")
 def tool_trusted_output(request: HttpRequest, tool_id) -> HttpResponse:
     trusted = request.POST.get("trusted") == "1"
@@ -171,7 +202,7 @@ def tool_trusted_output(request: HttpRequest, tool_id) -> HttpResponse:
     return redirect("web:tool", tool_id=tool_id)
 
 
-@require_POST
+@post_only
 @member_required("servers.manage")
 def server_delete(request: HttpRequest, server_id) -> HttpResponse:
     services.delete_server(actor=request.actor, server_id=server_id)
@@ -193,7 +224,7 @@ def tool(request: HttpRequest, tool_id) -> HttpResponse:
     return _tool_page(request, tool_id)
 
 
-@require_POST
+@post_only
 @member_required("servers.manage")
 def tool_pin(request: HttpRequest, tool_id) -> HttpResponse:
     services.pin_tool(actor=request.actor, tool_id=tool_id)
@@ -201,7 +232,7 @@ def tool_pin(request: HttpRequest, tool_id) -> HttpResponse:
     return redirect("web:tool", tool_id=tool_id)
 
 
-@require_POST
+@post_only
 @member_required("servers.manage")
 def tool_update(request: HttpRequest, tool_id) -> HttpResponse:
     current = selectors.get_tool(org_id=request.actor.org_id, tool_id=tool_id)

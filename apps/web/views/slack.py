@@ -7,14 +7,14 @@ import json
 
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_POST
 
 from apps.core.errors import PermissionDenied
 from apps.notifications import slack
+from apps.web.access import post_only
 
 
 @csrf_exempt
-@require_POST
+@post_only
 def slack_interactions(request: HttpRequest, connection_id) -> HttpResponse:
     body = request.body  # read before the form: the signature covers these exact bytes
     try:

@@ -10,17 +10,16 @@ from django.contrib import messages
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
 
 from apps.accounts import selectors, services
 from apps.accounts.roles import Role
 from apps.accounts.sso import OrgOIDCAdapter, SignInRefused, refused_page
 from apps.core.errors import ValidationFailed
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.forms import IdentityProviderForm, apply_domain_errors
 
 
-@require_POST
+@post_only
 @login_not_required
 def sso_login(request: HttpRequest, provider_id: str) -> HttpResponse:
     """POSTed by the sign-in page's "Sign in with ..." button (CSRF-checked): off to the provider."""
@@ -73,7 +72,7 @@ def sso_settings(request: HttpRequest) -> HttpResponse:
     }, status=status)
 
 
-@require_POST
+@post_only
 @member_required("members.manage")
 def mfa_requirement(request: HttpRequest) -> HttpResponse:
     org = services.set_mfa_requirement(actor=request.actor, required=request.POST.get("mfa_required") == "on")

@@ -7,12 +7,12 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_GET, require_POST
+from django.views.decorators.http import require_GET
 
 from apps.core import selectors, services
 from apps.core.errors import PermissionDenied, ValidationFailed
 from apps.runs import retention
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 
 
 @member_required()
@@ -29,7 +29,7 @@ def system(request: HttpRequest) -> HttpResponse:
     return render(request, "web/settings/system.html", context)
 
 
-@require_POST
+@post_only
 @member_required()
 def set_retention(request: HttpRequest) -> HttpResponse:
     raw = request.POST.get("days", "").strip()
@@ -45,7 +45,7 @@ def set_retention(request: HttpRequest) -> HttpResponse:
     return redirect(reverse("web:system") + "#retention")
 
 
-@require_POST
+@post_only
 @member_required()
 def check_worker(request: HttpRequest) -> HttpResponse:
     check = services.request_worker_check(org_id=str(request.actor.org_id))

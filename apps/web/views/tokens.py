@@ -3,11 +3,10 @@ from __future__ import annotations
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
 
 from apps.accounts import selectors, services
 from apps.core.errors import PermissionDenied, ValidationFailed
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 from apps.web.forms import CreateTokenForm, apply_domain_errors
 
 
@@ -34,7 +33,7 @@ def tokens(request: HttpRequest) -> HttpResponse:
     return _page(request, CreateTokenForm(), created=(token, raw))
 
 
-@require_POST
+@post_only
 @member_required("tokens.manage")
 def revoke_token(request: HttpRequest, token_id) -> HttpResponse:
     token = services.revoke_api_token(actor=request.actor, token_id=token_id)

@@ -11,14 +11,13 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect
 from django.utils import timezone
-from django.views.decorators.http import require_POST
 
 from apps.approvals import selectors as approvals
 from apps.approvals import triage
 from apps.core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from apps.runs import inbox as run_reads
 from apps.runs import services
-from apps.web.access import member_required
+from apps.web.access import member_required, post_only
 
 PAGE = 25
 BATCH_MAX = 100
@@ -86,7 +85,7 @@ def page_context(request: HttpRequest, view: View, *, shown: int, more: bool, to
             "next_page": link(view.page + 1) if more else "", "prev_page": link(view.page - 1) if view.page > 1 else ""}
 
 
-@require_POST
+@post_only
 @member_required("approvals.decide")
 def inbox_batch(request: HttpRequest) -> HttpResponse:
     """Approve or reject the selected items: one decision per item, through the same service as a single one,

@@ -1,0 +1,70 @@
+"""What the run page and the inbox show about a call: JSON arguments, edits made by an approver,
+the final answer once, the heading's words apart."""
+
+from __future__ import annotations
+
+import pytest
+
+from apps.runs import services
+from tests.conftest import signed_in
+
+A1001 = {"order_id": "A-1001", "amount_cents": 500}
+pytestmark = pytest.mark.django_db
+
+
+def _held_run(desk):
+    crew = desk.refund_desk()
+    run = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+                                                       enqueue=False).id)
+    return run, run.ledger.get(state="held").approval
+
+
+def test_arguments_and_inputs_are_shown_as_json_not_python(client, desk, approver):
+    run, _ = _held_run(desk)
+    signed_in(client, approver)
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert "&quot;order_id&quot;: &quot;A-1001&quot;" in page
+    assert "&#x27;order_id&#x27;" not in page and "'order_id'" not in page
+    inbox = client.get("/inbox/").content.decode()
+    assert "&#x27;order_id&#x27;" not in inbox
+
+
+def test_an_edited_approval_says_so_on_the_run_page_and_in_the_inbox(client, desk, approver):
+    run, approval = _held_run(desk)
+    signed_in(client, approver)
+    decided = client.post(f"/inbox/{approval.id}/decide/", {
+        "decision": "approve", "args_hash": approval.args_hash, "arg.order_id": "A-1001",
+        "arg.amount_cents": "300", "arg.request_id": "refund-A-1001"}, HTTP_HX_REQUEST="true")
+    assert decided.status_code == 200
+    card = decided.content.decode()
+    assert 'data-testid="edited-arguments"' in card and "Approved with edited arguments" in card
+    assert "-  &quot;amount_cents&quot;: 500," in card and "+  &quot;amount_cents&quot;: 300," in card
+    services.drive_run(run_id=run.id)
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert f"Arguments edited by {approver.user.email} before approval." in page
+    proposed = page.split('data-testid="proposed-arguments">')[1].split("</pre>")[0]
+    edited = page.split('data-testid="effective-arguments">')[1].split("</pre>")[0]
+    assert "500" in proposed and "300" in edited
+    assert 'data-testid="edited-badge"' in client.get("/inbox/").content.decode()
+
+
+def test_an_unedited_approval_shows_one_argument_block(client, desk, approver):
+    run, approval = _held_run(desk)
+    signed_in(client, approver)
+    client.post(f"/inbox/{approval.id}/decide/", {"decision": "approve", "args_hash": approval.args_hash})
+    services.drive_run(run_id=run.id)
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    assert 'data-testid="edited-arguments"' not in page
+    assert 'data-testid="edited-badge"' not in client.get("/inbox/").content.decode()
+
+
+def test_the_final_answer_appears_once_and_the_heading_keeps_its_space(client, desk, approver):
+    run, approval = _held_run(desk)
+    signed_in(client, approver)
+    client.post(f"/inbox/{approval.id}/decide/", {"decision": "approve", "args_hash": approval.args_hash})
+    run = services.drive_run(run_id=run.id)
+    assert run.output
+    page = client.get(f"/runs/{run.id}/").content.decode()
+    shown = page.split("The snapshot this run used")[0]
+    assert shown.count(run.output) == 1
+    assert 'class="text-secondary small ms-2" data-testid="started-by">started by' in page
