@@ -44,7 +44,7 @@ from apps.gateway.models import GatewayKey, GatewaySession
 from apps.runs.engine.tools import follow_approval
 from apps.runs.events import append_event, publish_status
 from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
-from apps.runs.store import RunStore
+from apps.runs.store.run_store import RunStore
 
 logger = logging.getLogger(__name__)
 

@@ -44,11 +44,12 @@ from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.loop import advance
 from apps.runs.events import _publish as publish_event
 from apps.runs.events import append_event, publish_status
-from apps.runs.lease import SWEPT, LeaseHeartbeat, heartbeat_seconds
+from apps.runs.lease import SWEPT, LeaseHeartbeat, heartbeat_seconds, lease_seconds
 from apps.runs.models import CallState, Run, RunStatus, ToolCall
 from apps.runs.outcome import writes_not_done
-from apps.runs.store import RunStore, lease_seconds, lock_pending_requests
 from apps.runs.store.notices import ChangeNotices
+from apps.runs.store.reads import lock_pending_requests
+from apps.runs.store.run_store import RunStore
 
 logger = logging.getLogger(__name__)
 

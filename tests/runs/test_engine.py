@@ -281,7 +281,7 @@ def test_the_prompt_size_the_budget_check_uses_is_the_history_s_json_length_as_i
     the count must stay exactly what dumping it would give."""
     from types import SimpleNamespace
 
-    from apps.runs.store import RunStore
+    from apps.runs.store.run_store import RunStore
 
     store, turn = RunStore.__new__(RunStore), SimpleNamespace(id="turn", messages=[])
     store._chars = {}

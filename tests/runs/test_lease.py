@@ -11,7 +11,7 @@ from django.utils import timezone
 from apps.runs import services
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.models import Run
-from apps.runs.store import RunStore
+from apps.runs.store.run_store import RunStore
 from tests.runs.conftest import LOOK_UP
 
 pytestmark = pytest.mark.django_db

@@ -16,7 +16,7 @@ from pydantic_ai.messages import ModelRequest, ModelResponse, SystemPromptPart, 
 
 from apps.agents.prompts import parse_status
 from apps.runs.engine.errors import StopRun
-from apps.runs.store import load_messages
+from apps.runs.store.reads import load_messages
 
 ROUTING = "routing"
 MEMBER_TASK = "request"
