@@ -168,7 +168,7 @@ def events(setup, *, samples: int, burst: int) -> dict:
     from django.db import transaction
 
     from apps.core import realtime
-    from apps.runs.events import append_event
+    from apps.runs.ledger import append_event
     from apps.runs.models import Run
 
     layer = get_channel_layer()

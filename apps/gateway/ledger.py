@@ -42,7 +42,7 @@ from apps.audit import services as audit
 from apps.core.realtime import publish_after_commit, run_group
 from apps.gateway.models import GatewayKey, GatewaySession
 from apps.runs.engine.tools import follow_approval
-from apps.runs.events import append_event, publish_status
+from apps.runs.ledger import append_event, publish_status
 from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
 from apps.runs.store.run_store import RunStore
 

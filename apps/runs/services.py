@@ -42,9 +42,9 @@ from apps.registry.models import Tool
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.loop import advance
-from apps.runs.events import _publish as publish_event
-from apps.runs.events import append_event, publish_status
 from apps.runs.lease import SWEPT, LeaseHeartbeat, heartbeat_seconds, lease_seconds
+from apps.runs.ledger import _publish as publish_event
+from apps.runs.ledger import append_event, publish_status
 from apps.runs.models import CallState, Run, RunStatus, ToolCall
 from apps.runs.outcome import writes_not_done
 from apps.runs.store.notices import ChangeNotices

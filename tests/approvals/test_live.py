@@ -14,7 +14,7 @@ from django.db import transaction
 from django.test import override_settings
 
 from apps.runs import services
-from apps.runs.events import append_event
+from apps.runs.ledger import append_event
 from config.asgi import application
 from tests.approvals.test_decisions import A1001
 from tests.processes import run_async

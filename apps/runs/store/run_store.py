@@ -37,8 +37,8 @@ from apps.costs.pricing import find_override, price_call
 from apps.costs.rollup import FirstCalls
 from apps.notifications.services import notify
 from apps.runs.engine.errors import LeaseLost
-from apps.runs.events import Totals, publish_status, send_events
 from apps.runs.lease import LeaseHeartbeat, lease_seconds
+from apps.runs.ledger import Totals, publish_status, send_events
 from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
 from apps.runs.outcome import writes_not_done
 from apps.runs.store.calls import Ledger
