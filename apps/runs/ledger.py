@@ -1,10 +1,23 @@
-"""Appending run events: one row with the next per-run `seq`, published after commit."""
+"""The run ledger: every state change of a tool call and every run event goes through this module.
+
+A tool call (`ToolCall`) moves `proposed -> held/denied/dispatched -> approved/... -> succeeded/failed/
+unknown` only by a conditional UPDATE here (`move_call`), which also appends the transition's event, counts
+an `unknown` into the inbox and audits a policy denial (`applied`). Run events are numbered here alone (the
+per-run `seq`, under the run row's lock) and redacted here alone (`apps.audit.redaction.redact`).
+
+Two callers: the engine's store (apps/runs/store/), which passes its own `emit` so a step's events go out
+in one statement at the end of its transaction, and the gateway (apps/gateway/ledger.py), which passes
+`events_now(run_id)` and writes its batches with `record_calls`. The fast paths the engine's step needs
+(pipelined inserts and the completion's UPDATE, `send_*`) sit beside their plain twins here.
+"""
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
@@ -13,9 +26,21 @@ from django.db import connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from apps.approvals import services as approvals
+from apps.approvals.models import ApprovalRequest, ApprovalStatus
+from apps.audit import services as audit
+from apps.audit.org_secrets import OrgSecrets, redact_outside
 from apps.audit.redaction import redact
+from apps.core.db import send_expected
 from apps.core.realtime import org_group, publish_after_commit, run_group
-from apps.runs.models import Run, RunEvent
+from apps.core.rows import Inserts, Update
+from apps.notifications.services import notify
+from apps.runs.engine.errors import LeaseLost
+from apps.runs.engine.hashing import args_hash
+from apps.runs.models import CallState, Run, RunEvent, RunStep, ToolCall
+from apps.runs.outcome import writes_not_done
+
+APPROVAL_TTL = timedelta(hours=24)
 
 # One statement on Postgres: the UPDATE takes the run row's lock (held to commit, so seqs stay
 # gapless and in commit order) and hands its new last_seq to the INSERT. It replaces a
@@ -110,15 +135,17 @@ RETURNING seq
 """
 
 
-def append_events(run_id: UUID | str, events: list[tuple[str, dict[str, Any]]], totals: Totals | None = None) -> None:
+def append_events(run_id: UUID | str, events: list[tuple[str, dict[str, Any]]], totals: Totals | None = None, *,
+                  publish_last: int | None = None) -> None:
     """`append_event` for a batch, in order, and the run's `totals`: one statement on Postgres (the engine's
-    store sends each transaction's events this way, at its end)."""
+    store sends each transaction's events this way, at its end). `publish_last`: only the last so many are
+    published (a gateway batch; pages read the rest from the table)."""
     with transaction.atomic(savepoint=False):
-        send_events(run_id, events, totals)()
+        send_events(run_id, events, totals, publish_last=publish_last)()
 
 
 def send_events(run_id: UUID | str, events: list[tuple[str, dict[str, Any]]],
-                totals: Totals | None = None) -> Callable[[], None]:
+                totals: Totals | None = None, *, publish_last: int | None = None) -> Callable[[], None]:
     """`append_events` in two halves, for a batch (apps.core.db.pipeline): sends the statement now and returns
     what reads its sequence numbers and publishes them, to be called once the batch's answers are in. Call
     inside the transaction of the change."""
@@ -145,7 +172,8 @@ def send_events(run_id: UUID | str, events: list[tuple[str, dict[str, Any]]],
             seqs = sorted(row[0] for row in cursor.fetchall())
         if not seqs:
             raise Run.DoesNotExist(f"No run {run_id}.")
-        for seq, type, data, encoded in zip(seqs, types, redacted, payloads, strict=True):
+        rows = list(zip(seqs, types, redacted, payloads, strict=True))
+        for seq, type, data, encoded in rows[-publish_last:] if publish_last else rows:
             _publish(run_id, seq, type, data, at, encoded)
 
     return published
@@ -153,3 +181,302 @@ def send_events(run_id: UUID | str, events: list[tuple[str, dict[str, Any]]],
 
 def publish_status(run: Run) -> None:
     publish_after_commit(org_group(run.org_id), "run.status", run_id=str(run.id), status=run.status)
+
+
+# --- tool calls ------------------------------------------------------------------------------------------
+
+# Appends a run event: `emit(type, **data)`. The engine's store passes its own (a step's events go out together
+# at the end of its transaction); everyone else `events_now`.
+Emit = Callable[..., None]
+
+
+def events_now(run_id: UUID | str) -> Emit:
+    """An `Emit` appending each event at once, in the caller's transaction."""
+    def emit(type: str, **data: Any) -> None:
+        append_event(run_id, type, **data)
+    return emit
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A row's way out of `proposed` (the policy allowed it) or `held` (a person approved it), written with
+    `dispatched` in the transaction that commits it: one commit before the call leaves."""
+
+    expect: str  # the row's state now
+    fields: dict[str, Any]
+    event: str
+    event_data: dict[str, Any]
+    by_policy_now: bool = False  # decided this step from the same registry read: no re-check needed
+
+
+@dataclass
+class CallRun:
+    """What a transition needs of its run: the org (inbox count, audit) and the crew's name (audit)."""
+
+    id: Any
+    org_id: Any
+    crew_name: str = ""
+
+
+def move_call(run: Run | CallRun, row: ToolCall, *, expect: str, emit: Emit, event: str | None = None,
+              event_data: dict[str, Any] | None = None, **fields: Any) -> bool:
+    """A conditional transition `expect -> fields['state']`, with its event. False when the row was not in
+    `expect` (another worker moved it)."""
+    updated = ToolCall.objects.filter(id=row.id, state=expect).update(**fields, updated_at=timezone.now())
+    if not updated:
+        return False
+    applied(run, row, event=event, event_data=event_data, fields=fields, emit=emit)
+    return True
+
+
+def applied(run: Run | CallRun, row: ToolCall, *, fields: dict[str, Any], emit: Emit, event: str | None = None,
+            event_data: dict[str, Any] | None = None) -> None:
+    """What follows a transition written (by `move_call` or a batch): the row in memory, its event, the inbox
+    count when it became `unknown`, the audit row of a policy denial."""
+    for key, value in fields.items():
+        setattr(row, key, value)
+    if event:
+        emit(event, tool_call_id=str(row.id), tool=row.qualified_name, **(event_data or {}))
+    if fields.get("state") == CallState.UNKNOWN:  # a person must resolve it: it joins the inbox's count
+        approvals.publish_inbox_count(org_id=run.org_id)
+    if fields.get("state") == CallState.DENIED:  # policy denials (at offer or dispatch) are audited
+        audit.record(org_id=run.org_id, actor=None, action="policy.denied", target=row,
+                     target_label=row.qualified_name,
+                     data={"run_id": str(run.id), "crew": run.crew_name, "rule": row.rule,
+                           "reason": row.reason[:500], "args_hash": row.args_hash})
+
+
+def decision_fields(*, state: str, decision: str, rule: str, reason: str, error_class: str = "") -> dict[str, Any]:
+    """`proposed -> state` by the policy, as fields and the `tool.decided` event's data."""
+    return dict(state=state, decision=decision, rule=rule, reason=reason, error_class=error_class,
+                decided_at=timezone.now(), event="tool.decided",
+                event_data={"decision": decision, "state": state, "rule": rule, "reason": reason})
+
+
+def completion(org_id: Any, *, state: str, result: dict[str, Any] | None, error: str = "", error_class: str = "",
+               findings: list[dict[str, Any]] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`dispatched -> state` with its outcome: the fields and the `tool.completed` event's data. An error and
+    an error result came from the server: they (and the findings quoting them) are redacted first."""
+    if error or (result and result.get("is_error")):
+        secrets = OrgSecrets(org_id)  # findings quote the result (a URL it mentions)
+        error, result, findings = secrets.redact(error), secrets.redact_all(result), secrets.redact_all(findings)
+    fields = dict(state=state, result=result, error=error[:4000], error_class=error_class,
+                  findings=findings or [], finished_at=timezone.now())
+    event_data = {"state": state, "is_error": bool(result and result.get("is_error")), "error": error[:300],
+                  "findings": len(findings or [])}
+    return fields, event_data
+
+
+def complete_call(run: Run | CallRun, row: ToolCall, *, emit: Emit, state: str, result: dict[str, Any] | None,
+                  error: str = "", error_class: str = "", findings: list[dict[str, Any]] | None = None) -> bool:
+    """`dispatched -> state`; False when the row is no longer `dispatched`."""
+    fields, event_data = completion(run.org_id, state=state, result=result, error=error, error_class=error_class,
+                                    findings=findings)
+    return move_call(run, row, expect=CallState.DISPATCHED, emit=emit, event="tool.completed",
+                     event_data=event_data, **fields)
+
+
+def hold_call(run: Run, row: ToolCall, *, emit: Emit, rule: str, reason: str, tool: dict[str, Any] | None,
+              turn: RunStep, required_approvals: int = 1) -> ApprovalRequest:
+    """`proposed -> held` and an approval request in the inbox, in one transaction."""
+    crew = run.snapshot.get("crew", {})
+    ttl = timedelta(hours=crew["approval_ttl_hours"]) if crew.get("approval_ttl_hours") else APPROVAL_TTL
+    required_approvals = max(required_approvals, int(crew.get("approvals_required") or 1))
+    with transaction.atomic(savepoint=False):
+        request = approvals.open_request(
+            org_id=run.org_id, run_id=run.id, tool_call_id=row.id, agent_id=turn.agent_id,
+            tool_id=(tool or {}).get("id"), title=f"{row.qualified_name} by {turn.agent_name}",
+            arguments=row.arguments, args_hash=row.args_hash, definition_hash=row.definition_hash,
+            risk=(tool or {}).get("risk", ""), reason=reason, rule=rule,
+            context={"task": turn.task, "agent": turn.agent_name, "crew": run.crew_name,
+                     "crew_id": str(run.crew_id) if run.crew_id else None,
+                     "server": (tool or {}).get("server", ""), "trust_tier": (tool or {}).get("trust_tier", ""),
+                     "description": (tool or {}).get("description", ""), "tainted": run.tainted},
+            expires_at=timezone.now() + ttl, requested_by_user_id=run.started_by_id,
+            required_approvals=required_approvals,
+            separation_of_duties=bool(crew.get("separation_of_duties")))
+        move_call(run, row, expect=CallState.PROPOSED, emit=emit, state=CallState.HELD, decision="hold", rule=rule,
+                  reason=reason, approval=request, decided_at=timezone.now(), event="tool.decided",
+                  event_data={"decision": "hold", "state": "held", "rule": rule, "reason": reason})
+        emit("approval.requested", approval_id=str(request.id), tool_call_id=str(row.id), tool=row.qualified_name,
+             reason=reason)
+    return request
+
+
+def follow_approval(run: Run | CallRun, row: ToolCall, request: ApprovalRequest | None, *, emit: Emit,
+                    write_approval: bool = True) -> Decided | None:
+    """A decided approval moves a held row to approved (with the approved arguments) or rejected/expired.
+
+    `write_approval=False` (the engine, about to dispatch): an approval is returned, with the approved
+    arguments set on the row in memory, to be written with `dispatched`."""
+    if request is None or request.status == "pending":
+        return None
+    if request.status == "approved":
+        approved = request.approved_arguments if request.approved_arguments is not None else request.arguments
+        if request.args_hash != row.args_hash or (request.approved_args_hash and
+                                                  request.approved_args_hash != args_hash(approved)):
+            move_call(run, row, expect=CallState.HELD, emit=emit, state=CallState.REJECTED, error_class="permission",
+                      reason="The approval does not match these arguments, so the call was not made.",
+                      event="tool.decided", event_data={"decision": "deny", "state": "rejected"})
+            return None
+        event_data = {"edited": approved != row.arguments, "by": request.decided_by_label}
+        if not write_approval:
+            row.approved_arguments = approved
+            return Decided(expect=CallState.HELD, fields={"approved_arguments": approved}, event="approval.applied",
+                           event_data=event_data)
+        move_call(run, row, expect=CallState.HELD, emit=emit, state=CallState.APPROVED, approved_arguments=approved,
+                  event="approval.applied", event_data=event_data)
+        return None
+    comment = request.comment.strip()
+    reason = (f"A person ({request.decided_by_label}) rejected this call" + (f": {comment}" if comment else ".")
+              if request.status == "rejected" else "Nobody approved this call in time; it expired (rejected).")
+    state = CallState.REJECTED if request.status == "rejected" else CallState.EXPIRED
+    move_call(run, row, expect=CallState.HELD, emit=emit, state=state, reason=reason, error_class="permission",
+              event="tool.decided", event_data={"decision": "deny", "state": state, "reason": reason})
+    return None
+
+
+def resolve_unknown(run: Run, row: ToolCall, *, outcome: str, text: str, by: str) -> None:
+    """A person's word on an `unknown` call (`succeeded` or `failed`); the caller holds the row's lock."""
+    row.state, row.result = outcome, {"text": text, "is_error": outcome == "failed", "structured": None,
+                                      "truncated": False, "resolved": True}
+    row.resolved_by, row.finished_at = by, timezone.now()
+    row.save(update_fields=["state", "result", "resolved_by", "finished_at", "updated_at"])
+    append_event(run.id, "tool.resolved", tool_call_id=str(row.id), tool=row.qualified_name, outcome=outcome, by=by)
+
+
+def insert_call(*, org_id: Any, run_id: Any, state: str, **fields: Any) -> ToolCall:
+    """A ledger row created outside an engine step (the gateway's): `proposed`, or `dispatched` committed before
+    a non-read call leaves."""
+    return ToolCall.objects.create(org_id=org_id, run_id=run_id, state=state, **fields)
+
+
+def calls_lost_in_flight(rows: Any, *, error: str) -> int:
+    """`dispatched -> unknown` for rows whose sender died (a person checks). No event: the run is not driven by
+    a worker that would read it, and the inbox lists the rows."""
+    return rows.filter(state=CallState.DISPATCHED).update(state=CallState.UNKNOWN, error_class="transient",
+                                                         error=error, updated_at=timezone.now())
+
+
+@dataclass
+class Outcome:
+    """One finished (or denied) call of a batch (`record_calls`): a new row, or the completion of one
+    committed `dispatched` before it left (`row_id`)."""
+
+    id: str
+    org_id: Any
+    run_id: Any
+    fields: dict[str, Any]
+    row_id: str | None = None
+    event: str = "tool.completed"
+    event_data: dict[str, Any] = field(default_factory=dict)
+    taint: str = ""  # a reason to mark the run tainted
+
+
+COMPLETABLE = {"state", "result", "error", "error_class", "findings", "finished_at", "reason", "rule"}
+
+
+def record_calls(batch: Iterable[Outcome], *, publish_per_run: int | None = None) -> list[ToolCall]:
+    """A batch of finished calls in the caller's transaction: the new rows in one insert, the completions, then
+    per run its events (numbered and redacted here), its `tool_calls` counter and its taint. Returns the rows,
+    in the batch's order (for their audit)."""
+    now = timezone.now()
+    rows: list[tuple[Outcome, ToolCall]] = []
+    new = []
+    for outcome in batch:
+        if outcome.row_id:
+            ToolCall.objects.filter(id=outcome.row_id, state=CallState.DISPATCHED).update(
+                **{k: v for k, v in outcome.fields.items() if k in COMPLETABLE}, updated_at=now)
+            rows.append((outcome, ToolCall(id=outcome.row_id, qualified_name=outcome.fields.get("qualified_name"))))
+        else:
+            row = ToolCall(id=outcome.id, org_id=outcome.org_id, run_id=outcome.run_id, **outcome.fields)
+            new.append(row)
+            rows.append((outcome, row))
+    ToolCall.objects.bulk_create(new)
+    by_run: dict[str, list[tuple[Outcome, ToolCall]]] = {}
+    for outcome, row in rows:
+        by_run.setdefault(str(outcome.run_id), []).append((outcome, row))
+    for run_id, items in by_run.items():
+        events = [(outcome.event, {"tool_call_id": str(row.id), "tool": outcome.fields.get("qualified_name", ""),
+                                   "via": "gateway", **outcome.event_data}) for outcome, row in items]
+        append_events(run_id, events, Totals(tool_calls=len(items)), publish_last=publish_per_run)
+        taint = next((outcome.taint for outcome, _ in items if outcome.taint), "")
+        if taint:
+            taint_run(run_id, reason=taint)
+    return [row for _, row in rows]
+
+
+def taint_run(run_id: Any, *, reason: str, **data: Any) -> bool:
+    """Marks a run tainted, with its `run.tainted` event, unless it already is. Says whether it was marked."""
+    if not Run.objects.filter(id=run_id, tainted=False).update(tainted=True, updated_at=timezone.now()):
+        return False
+    append_event(run_id, "run.tainted", reason=reason, **data)
+    return True
+
+
+# The engine step's writes as statements built once per process and sent in its batch (apps.core.db.pipeline):
+# the twins of `ToolCall.objects.bulk_create` and `move_call` above, for the step's hot path.
+@functools.cache
+def _call_inserts() -> Inserts:
+    return Inserts(ToolCall)
+
+
+@functools.cache
+def _completion_update(fields: tuple[str, ...]) -> Update:
+    """`dispatched -> state` with the result: the key includes the state the row must still be in."""
+    return Update(ToolCall, fields, ("id", "state"))
+
+
+def send_new_calls(rows: list[ToolCall]) -> None:
+    """Sends the insert of a model call's ledger rows, as they are in memory, into the current batch."""
+    _call_inserts().send(rows)
+
+
+def send_completion(row: ToolCall, fields: dict[str, Any]) -> None:
+    """Sends `dispatched -> fields['state']` into the current batch. A batch shows no row count before its
+    COMMIT: the statement checks it and raises `NothingUpdated` when the row is no longer `dispatched`."""
+    values = {**fields, "updated_at": timezone.now()}
+    update = _completion_update(tuple(values))
+    send_expected(update.sql, update.params(values, {"id": row.id, "state": CallState.DISPATCHED}))
+
+
+# --- the run's end -----------------------------------------------------------------------------------------
+
+def finish_run(run_id: Any, *, org_id: Any, status: str, output: str = "", error: str = "", error_class: str = "",
+               lease_owner: str = "", emit: Emit | None = None) -> Run | None:
+    """Ends the run; pending approvals of it expire (nothing will execute them). `error` may quote a provider
+    or a server: it is redacted before it reaches the row, the event and the notification. Its writes that did
+    not go through are its `attention` (apps/runs/outcome.py), in its `run.finished` event and webhook.
+    `lease_owner`: the worker ending it (LeaseLost when another took it over); "" for a person or the gateway.
+    Returns the run as ended, None when it had ended already."""
+    emit, error = emit or events_now(run_id), redact_outside(error, org_id=org_id)
+    with transaction.atomic(savepoint=False):
+        pending = lock_pending_requests(run_id)  # before the run: the order decide_approval locks in
+        run = Run.objects.select_for_update().get(id=run_id)
+        if run.is_finished:
+            return None
+        if lease_owner and run.lease_owner != lease_owner:  # another worker took the run over
+            raise LeaseLost(str(run_id))
+        run.status, run.output, run.error, run.error_class = status, output, error[:4000], error_class
+        run.finished_at, run.lease_owner, run.lease_expires_at = timezone.now(), "", None
+        run.attention = writes_not_done(run_id=run.id, tools=run.snapshot.get("tools", {}))
+        run.save(update_fields=["status", "output", "error", "error_class", "finished_at", "lease_owner",
+                                "lease_expires_at", "attention", "updated_at"])
+        for request in pending:
+            approvals.expire_request(request=request)
+        emit("run.finished", status=status, error=error[:500], error_class=error_class,
+             attention=run.attention_summary)
+        publish_status(run)
+        notify(org_id=run.org_id, event="run.finished",
+               payload={"run_id": str(run.id), "crew": run.crew_name, "status": status, "error": error[:500],
+                        "error_class": error_class, "output": output[:2000],
+                        "cost_usd": None if run.cost_usd is None else str(run.cost_usd),
+                        "attention": run.attention, "attention_summary": run.attention_summary})
+    return run
+
+
+def lock_pending_requests(run_id: Any) -> list[ApprovalRequest]:
+    """Locks the run's pending approval requests. Whoever locks both a run's requests and the run itself
+    locks the requests first (as deciding does), so a decision and a cancel cannot deadlock."""
+    return list(ApprovalRequest.objects.select_for_update().filter(run_id=run_id, status=ApprovalStatus.PENDING)
+                .order_by("id"))

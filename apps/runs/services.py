@@ -39,16 +39,16 @@ from apps.costs import selectors as budgets
 from apps.crews import selectors as crews
 from apps.registry.definitions import reaches_open_world
 from apps.registry.models import Tool
+from apps.runs import ledger
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.loop import advance
 from apps.runs.lease import SWEPT, LeaseHeartbeat, heartbeat_seconds, lease_seconds
 from apps.runs.ledger import _publish as publish_event
-from apps.runs.ledger import append_event, publish_status
+from apps.runs.ledger import append_event, lock_pending_requests, publish_status
 from apps.runs.models import CallState, Run, RunStatus, ToolCall
 from apps.runs.outcome import writes_not_done
 from apps.runs.store.notices import ChangeNotices
-from apps.runs.store.reads import lock_pending_requests
 from apps.runs.store.run_store import RunStore
 
 logger = logging.getLogger(__name__)
@@ -211,8 +211,8 @@ def cancel_run(*, actor: Actor, run_id: UUID | str) -> Run:
         audit.record(org_id=actor.org_id, actor=actor, action="run.cancelled", target=locked,
                      target_label=locked.crew_name)
         if locked.status in (RunStatus.QUEUED, RunStatus.WAITING):
-            RunStore(str(run.id), lease_owner="").finish(RunStatus.CANCELLED, error=f"Cancelled by {actor.label}.",
-                                                         output=locked.state.get("last_output", ""))
+            ledger.finish_run(run.id, org_id=locked.org_id, status=RunStatus.CANCELLED,
+                              error=f"Cancelled by {actor.label}.", output=locked.state.get("last_output", ""))
     return Run.objects.get(id=run.id)
 
 
@@ -359,12 +359,7 @@ def resolve_unknown_call(*, actor: Actor, tool_call_id: UUID | str, outcome: str
             raise Conflict(f"This call is {row.state}, not unknown.")
         text = note.strip() or ("A person confirmed the call happened." if outcome == "succeeded" else
                                 "A person confirmed the call did not happen.")
-        row.state, row.result = outcome, {"text": text, "is_error": outcome == "failed", "structured": None,
-                                          "truncated": False, "resolved": True}
-        row.resolved_by, row.finished_at = actor.label, timezone.now()
-        row.save(update_fields=["state", "result", "resolved_by", "finished_at", "updated_at"])
-        append_event(run.id, "tool.resolved", tool_call_id=str(row.id), tool=row.qualified_name, outcome=outcome,
-                     by=actor.label)
+        ledger.resolve_unknown(run, row, outcome=outcome, text=text, by=actor.label)
         audit.record(org_id=actor.org_id, actor=actor, action="tool_call.resolved", target=row,
                      target_label=row.qualified_name, data={"outcome": outcome, "note": note[:500]})
         if run.is_finished:  # resolved after the run ended (cancelled while it waited): its attention follows

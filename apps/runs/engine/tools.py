@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -26,10 +25,10 @@ from apps.registry.pool import PendingCall, ToolCallFailed, ToolCallTimeout, cal
 from apps.registry.scanner import scan_text
 from apps.registry.schemas import arguments_problem, input_validator
 from apps.runs.engine.errors import LeaseLost, StopRun, backoff_delay
-from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.limits import REPEAT_LIMIT
 from apps.runs.engine.model import facts
 from apps.runs.engine.results import injected_call_findings, result_payload, scannable_text
+from apps.runs.ledger import Decided
 from apps.runs.models import ANSWERED, CallState
 
 READ_RETRIES = 2
@@ -45,7 +44,7 @@ def resolve_calls(store: Any, *, turn: Any, agent: dict[str, Any], rows: list[An
             if allowed is not None:
                 dispatch(store, agent=agent, row=row, decided=allowed)
         if row.state == CallState.HELD:
-            approved = follow_approval(store, row=row, write_approval=False)
+            approved = store.follow_approval(row, write_approval=False)
             if approved is not None:
                 dispatch(store, agent=agent, row=row, decided=approved)
         if row.state == CallState.APPROVED:
@@ -75,18 +74,6 @@ def found_in_flight(store: Any, *, agent: dict[str, Any], row: Any) -> None:
                         event="tool.unknown"):
         return
     row.refresh_from_db()  # the worker that sent it (its lease ran out mid-call) stored the outcome meanwhile
-
-
-@dataclass(frozen=True)
-class Decided:
-    """A row's way out of `proposed` (the policy allowed it) or `held` (a person approved it), written by
-    `dispatch` in the transaction that commits `dispatched`: one commit before the call leaves."""
-
-    expect: str  # the row's state now
-    fields: dict[str, Any]
-    event: str
-    event_data: dict[str, Any]
-    by_policy_now: bool = False  # decided this step from the same registry read: no re-check needed
 
 
 def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> Decided | None:
@@ -173,39 +160,6 @@ def schema_problem(tool: dict[str, Any] | None, arguments: dict[str, Any]) -> st
             _validators.pop(next(iter(_validators)))
         _validators[key] = input_validator(schema)
     return arguments_problem(_validators[key], arguments)
-
-
-def follow_approval(store: Any, *, row: Any, write_approval: bool = True) -> Decided | None:
-    """A decided approval moves a held row to approved (with the approved arguments) or rejected/expired.
-
-    `write_approval=False` (the engine, about to dispatch): an approval is returned, with the approved
-    arguments set on the row in memory, for `dispatch` to write with `dispatched`."""
-    request = store.approval(row)
-    if request is None or request.status == "pending":
-        return None
-    if request.status == "approved":
-        approved = request.approved_arguments if request.approved_arguments is not None else request.arguments
-        if request.args_hash != row.args_hash or (request.approved_args_hash and
-                                                  request.approved_args_hash != args_hash(approved)):
-            store.set_call(row, expect=CallState.HELD, state=CallState.REJECTED, error_class="permission",
-                           reason="The approval does not match these arguments, so the call was not made.",
-                           event="tool.decided", event_data={"decision": "deny", "state": "rejected"})
-            return None
-        event_data = {"edited": approved != row.arguments, "by": request.decided_by_label}
-        if not write_approval:
-            row.approved_arguments = approved
-            return Decided(expect=CallState.HELD, fields={"approved_arguments": approved}, event="approval.applied",
-                           event_data=event_data)
-        store.set_call(row, expect=CallState.HELD, state=CallState.APPROVED, approved_arguments=approved,
-                       event="approval.applied", event_data=event_data)
-        return None
-    comment = request.comment.strip()
-    reason = (f"A person ({request.decided_by_label}) rejected this call" + (f": {comment}" if comment else ".")
-              if request.status == "rejected" else "Nobody approved this call in time; it expired (rejected).")
-    state = CallState.REJECTED if request.status == "rejected" else CallState.EXPIRED
-    store.set_call(row, expect=CallState.HELD, state=state, reason=reason, error_class="permission",
-                   event="tool.decided", event_data={"decision": "deny", "state": state, "reason": reason})
-    return None
 
 
 def dispatch(store: Any, *, agent: dict[str, Any], row: Any, decided: Decided | None = None) -> None:

@@ -25,7 +25,6 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 
 from apps.agents.models import LlmConnection
 from apps.agents.providers import ConnectionSpec
-from apps.approvals import services as approvals
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.audit.org_secrets import redact_outside
 from apps.core.db import NothingUpdated, end_transaction, pipeline
@@ -35,19 +34,16 @@ from apps.costs import services as costs
 from apps.costs.models import ModelPrice, UsageRecord
 from apps.costs.pricing import find_override, price_call
 from apps.costs.rollup import FirstCalls
-from apps.notifications.services import notify
+from apps.runs import ledger
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.lease import LeaseHeartbeat, lease_seconds
 from apps.runs.ledger import Totals, publish_status, send_events
 from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
-from apps.runs.outcome import writes_not_done
 from apps.runs.store.calls import Ledger
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
-    call_inserts,
     dump_messages,
     load_messages,
-    lock_pending_requests,
     run_read,
     step_inserts,
     turn_read,
@@ -311,34 +307,12 @@ class RunStore(Ledger):
         return redact_outside(text, org_id=self.run.org_id)
 
     def finish(self, status: str, *, output: str = "", error: str = "", error_class: str = "") -> None:
-        """Ends the run; pending approvals of this run expire (nothing will execute them). `error` may quote
-        a provider or a server: it is redacted before it reaches the row, the event and the notification. Its
-        writes that did not go through are its `attention` (apps/runs/outcome.py), in its `run.finished` event
-        and webhook."""
-        error = self.redact_outside(error)
+        """Ends the run (apps.runs.ledger.finish_run); LeaseLost when another worker took it over."""
         with self.atomic():
-            pending = lock_pending_requests(self.run_id)  # before the run: the order decide_approval locks in
-            run = Run.objects.select_for_update().get(id=self.run_id)
-            if run.is_finished:
-                return
-            if self.lease_owner and run.lease_owner != self.lease_owner:  # another worker took the run over
-                raise LeaseLost(self.run_id)
-            run.status, run.output, run.error, run.error_class = status, output, error[:4000], error_class
-            run.finished_at, run.lease_owner, run.lease_expires_at = timezone.now(), "", None
-            run.attention = writes_not_done(run_id=run.id, tools=run.snapshot.get("tools", {}))
-            run.save(update_fields=["status", "output", "error", "error_class", "finished_at", "lease_owner",
-                                    "lease_expires_at", "attention", "updated_at"])
-            for request in pending:
-                approvals.expire_request(request=request)
-            self.event("run.finished", status=status, error=error[:500], error_class=error_class,
-                       attention=run.attention_summary)
-            publish_status(run)
-            notify(org_id=run.org_id, event="run.finished",
-                   payload={"run_id": str(run.id), "crew": run.crew_name, "status": status, "error": error[:500],
-                            "error_class": error_class, "output": output[:2000],
-                            "cost_usd": None if run.cost_usd is None else str(run.cost_usd),
-                            "attention": run.attention, "attention_summary": run.attention_summary})
-        self.run = run
+            run = ledger.finish_run(self.run_id, org_id=self.run.org_id, status=status, output=output, error=error,
+                                    error_class=error_class, lease_owner=self.lease_owner, emit=self.event)
+        if run is not None:
+            self.run = run
 
     def wait(self, reason: str) -> bool:
         """Parks the run until people decide. Returns False (and stays running) when nothing is pending
@@ -502,7 +476,7 @@ class RunStore(Ledger):
                        model=model, provider=provider, tokens_in=tokens_in, tokens_out=tokens_out,
                        cached_tokens=cached, cost_usd=None if unknown else str(price.cost_usd),
                        latency_ms=latency_ms, tool_calls=len(calls))
-            call_inserts().send(rows)  # as they are now: a row dispatched meanwhile goes in dispatched
+            ledger.send_new_calls(rows)  # as they are now: a row dispatched meanwhile goes in dispatched
             self._unsaved.difference_update(row.id for row in rows)
             for row in rows:
                 self.event("tool.requested", tool_call_id=str(row.id), step_id=str(step.id), tool=row.qualified_name,
