@@ -28,14 +28,15 @@ from apps.runs.engine.errors import LeaseLost, StopRun, backoff_delay
 from apps.runs.engine.limits import REPEAT_LIMIT
 from apps.runs.engine.model import facts
 from apps.runs.engine.results import injected_call_findings, result_payload, scannable_text
+from apps.runs.engine.seam import Store
 from apps.runs.ledger import Decided
-from apps.runs.models import ANSWERED, CallState
+from apps.runs.models import ANSWERED, CallState, RunStep, ToolCall
 
 READ_RETRIES = 2
 logger = logging.getLogger(__name__)
 
 
-def resolve_calls(store: Any, *, turn: Any, agent: dict[str, Any], rows: list[Any]) -> str:
+def resolve_calls(store: Store, *, turn: RunStep, agent: dict[str, Any], rows: list[ToolCall]) -> str:
     """Moves every row of one model response forward. Returns "waiting" or "answered"."""
     waiting = False
     for row in rows:
@@ -56,7 +57,7 @@ def resolve_calls(store: Any, *, turn: Any, agent: dict[str, Any], rows: list[An
     return "waiting" if waiting else "answered"
 
 
-def found_in_flight(store: Any, *, agent: dict[str, Any], row: Any) -> None:
+def found_in_flight(store: Store, *, agent: dict[str, Any], row: ToolCall) -> None:
     """A row still `dispatched` when a step starts: the worker that sent it stopped before storing its outcome.
 
     A read is sent again (policy checked again, as for any approved call): making it changed nothing, so
@@ -76,7 +77,7 @@ def found_in_flight(store: Any, *, agent: dict[str, Any], row: Any) -> None:
     row.refresh_from_db()  # the worker that sent it (its lease ran out mid-call) stored the outcome meanwhile
 
 
-def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> Decided | None:
+def propose(store: Store, *, turn: RunStep, agent: dict[str, Any], row: ToolCall) -> Decided | None:
     """Limits, schema, then the policy point with the real arguments. Denials and holds are written
     here; an allow is returned for `dispatch` to write with `dispatched`."""
     run, tools = store.run, store.run.snapshot.get("tools", {})
@@ -133,7 +134,7 @@ def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> Decide
                                                      "rule": decision.rule, "reason": reason})
 
 
-def argument_refusal(store: Any, row: Any) -> tuple[str, str] | None:
+def argument_refusal(store: Store, row: ToolCall) -> tuple[str, str] | None:
     """(rule, reason) when a call is refused for its arguments or its count, before any policy: a URL to an
     address the egress rules refuse (apps.registry.arguments), or the run's limit on calls of one tool."""
     problem = url_problem(row.arguments)
@@ -162,7 +163,7 @@ def schema_problem(tool: dict[str, Any] | None, arguments: dict[str, Any]) -> st
     return arguments_problem(_validators[key], arguments)
 
 
-def dispatch(store: Any, *, agent: dict[str, Any], row: Any, decided: Decided | None = None) -> None:
+def dispatch(store: Store, *, agent: dict[str, Any], row: ToolCall, decided: Decided | None = None) -> None:
     """Commits `dispatched`, calls the tool once, stores the (capped, scanned) result.
 
     `decided`: how the row leaves `proposed`/`held` (see `Decided`), written with `dispatched`; without
@@ -225,7 +226,8 @@ class EarlyRead:
             logger.exception("starting %s early failed; it is made after the commit", self.name)
 
 
-def early_read(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any]) -> EarlyRead | None:
+def early_read(store: Store, *, tool: dict[str, Any] | None, row: ToolCall,
+               arguments: dict[str, Any]) -> EarlyRead | None:
     """An `EarlyRead` for a call of a read tool whose server is known and enabled, else None (the usual call
     then reports what is wrong). Reads what the call needs now: nothing may be read inside the batch."""
     if tool is None or tool.get("risk") != "read":
@@ -239,7 +241,7 @@ def early_read(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: 
     return EarlyRead(spec, tool["name"], arguments)
 
 
-def _dispatched(store: Any, *, agent: dict[str, Any], tool: dict[str, Any] | None, row: Any,
+def _dispatched(store: Store, *, agent: dict[str, Any], tool: dict[str, Any] | None, row: ToolCall,
                 arguments: dict[str, Any], early: EarlyRead | None = None) -> None:
     """The call, once `dispatched` is committed (or, for an early read, as it was), and its outcome with its
     audit row (committed before the next model call: apps.runs.engine.loop)."""
@@ -281,7 +283,7 @@ def _dispatched(store: Any, *, agent: dict[str, Any], tool: dict[str, Any] | Non
         store.taint(source, tool_call_id=str(row.id), tool=row.qualified_name)
 
 
-def taint_by(store: Any, *, tool: dict[str, Any] | None, row: Any, flagged: bool) -> str:
+def taint_by(store: Store, *, tool: dict[str, Any] | None, row: ToolCall, flagged: bool) -> str:
     """Why this result taints the run ('' when it does not): flagged by the scanner, or read from content
     Airlock does not control (a third-party server, an open-world tool), unless an admin trusts its output.
     Provenance is the first line: an injection the scanner misses still taints the run."""
@@ -295,7 +297,7 @@ def taint_by(store: Any, *, tool: dict[str, Any] | None, row: Any, flagged: bool
     return "" if trusted else f"{call} is content Airlock does not control"
 
 
-def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any],
+def _call(store: Store, *, tool: dict[str, Any] | None, row: ToolCall, arguments: dict[str, Any],
           pending: PendingCall | None = None):
     """(result, "") or (None, error); None when a non-read call timed out (outcome unknown). `pending`: the
     first attempt, already sent (`EarlyRead`)."""
@@ -325,13 +327,13 @@ def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[
     return None, error
 
 
-def made_writes(tools: dict[str, Any], rows: list[Any]) -> bool:
+def made_writes(tools: dict[str, Any], rows: list[ToolCall]) -> bool:
     """Whether any of `rows` was sent to a tool that changes something (risk other than `read`)."""
     return any(row.dispatched_at is not None and (tools.get(row.qualified_name) or {}).get("risk") != "read"
                for row in rows)
 
 
-def answers(rows: list[Any]) -> ModelRequest:
+def answers(rows: list[ToolCall]) -> ModelRequest:
     """The next request: one tool return per call of the response, in order."""
     parts = []
     for row in rows:
@@ -341,13 +343,13 @@ def answers(rows: list[Any]) -> ModelRequest:
     return ModelRequest(parts=parts)
 
 
-def _outcome(row: Any) -> str:
+def _outcome(row: ToolCall) -> str:
     if row.state in (CallState.DENIED, CallState.REJECTED, CallState.EXPIRED):
         return "denied"
     return "failed" if row.state == CallState.FAILED else "success"
 
 
-def answer_text(row: Any) -> str:
+def answer_text(row: ToolCall) -> str:
     if row.state in (CallState.DENIED, CallState.REJECTED, CallState.EXPIRED):
         return f"DENIED: {row.reason}"
     if row.result is not None:
@@ -357,5 +359,5 @@ def answer_text(row: Any) -> str:
     return f"ERROR: the call failed: {row.error or 'no result'}"
 
 
-def describe(rows: list[Any]) -> str:
+def describe(rows: list[ToolCall]) -> str:
     return json.dumps([{"tool": r.qualified_name, "state": r.state} for r in rows])

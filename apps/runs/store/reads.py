@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import functools
-from typing import Any
-
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from apps.approvals.models import ApprovalRequest
 from apps.core.rows import Columns, Inserts
@@ -55,11 +52,3 @@ def last_calls_read() -> tuple[Columns, Columns, str]:
 @functools.cache
 def step_inserts() -> Inserts:
     return Inserts(RunStep)
-
-
-def dump_messages(messages: list[ModelMessage]) -> list[dict[str, Any]]:
-    return ModelMessagesTypeAdapter.dump_python(messages, mode="json")
-
-
-def load_messages(data: list[dict[str, Any]] | None) -> list[ModelMessage]:
-    return ModelMessagesTypeAdapter.validate_python(data or [])

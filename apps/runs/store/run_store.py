@@ -38,12 +38,11 @@ from apps.runs import ledger
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.lease import LeaseHeartbeat, lease_seconds
 from apps.runs.ledger import Totals, publish_status, send_events
+from apps.runs.messages import dump_messages, load_messages
 from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
 from apps.runs.store.calls import Ledger
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
-    dump_messages,
-    load_messages,
     run_read,
     step_inserts,
     turn_read,
