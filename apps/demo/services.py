@@ -112,6 +112,7 @@ def _seed_waiting_run(actor) -> bool:
     from apps.crews.models import Crew
     from apps.demo.agents_and_crews import REFUND_DESK
     from apps.runs import services as runs
+    from apps.runs import worker as run_worker
     from apps.runs.models import Run
 
     crew = Crew.objects.filter(org_id=actor.org_id, name=REFUND_DESK).first()
@@ -119,5 +120,5 @@ def _seed_waiting_run(actor) -> bool:
         return False
     run = runs.start_run(actor=actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1500},
                          idempotency_key="seed-demo-refund", enqueue=False)
-    runs.drive_run(run_id=run.id)
+    run_worker.drive_run(run_id=run.id)
     return True

@@ -4,24 +4,24 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from apps.runs import services
+from apps.runs import decisions, worker
 
 
 @shared_task
 def execute_run(run_id: str) -> str:
-    return services.advance_run(run_id=run_id)
+    return worker.advance_run(run_id=run_id)
 
 
 @shared_task
 def resume_run(run_id: str) -> str:
-    return services.advance_run(run_id=run_id)
+    return worker.advance_run(run_id=run_id)
 
 
 @shared_task
 def sweep_stuck_runs() -> int:
-    return services.sweep_stuck_runs()
+    return worker.sweep_stuck_runs()
 
 
 @shared_task
 def expire_approvals() -> int:
-    return services.expire_due_approvals()
+    return decisions.expire_due_approvals()

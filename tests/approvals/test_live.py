@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.test import override_settings
 
-from apps.runs import services
+from apps.runs import decisions, services, worker
 from apps.runs.ledger import append_event
 from config.asgi import application
 from tests.approvals.test_decisions import A1001
@@ -60,7 +60,7 @@ def events(frames: list[str]) -> list[dict]:
 @pytest.fixture
 def waiting_run(desk):
     crew = desk.refund_desk()
-    return services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+    return worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                         enqueue=False).id)
 
 
@@ -138,7 +138,7 @@ def test_a_decision_by_someone_else_replaces_the_item_in_every_open_inbox(layer,
         comm = communicator(f"/ws/inbox/{org.id}/", approver.user)
         assert (await comm.connect())[0]
         await asyncio.sleep(0.3)
-        await asyncio.to_thread(lambda: services.decide_approval(actor=member_actor(admin), approval_id=request.id,
+        await asyncio.to_thread(lambda: decisions.decide_approval(actor=member_actor(admin), approval_id=request.id,
                                                                  decision="reject", comment="not this one"))
         frames = await frames_until(comm, lambda f: any('"replace"' in x for x in f), timeout=30)
         await comm.disconnect()

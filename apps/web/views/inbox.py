@@ -30,8 +30,8 @@ from apps.approvals.models import ApprovalKind, ApprovalRequest
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.crews import selectors as crews
 from apps.registry import selectors as registry
+from apps.runs import decisions as run_decisions
 from apps.runs import selectors as runs
-from apps.runs import services
 from apps.web.access import member_required
 
 FILTERS = ("crew", "agent", "server", "risk", "kind")
@@ -199,7 +199,7 @@ def inbox_decide(request: HttpRequest, approval_id) -> HttpResponse:
     choice = {"scope": request.POST.get("standing", "call"), "condition": request.POST.get("standing_condition", ""),
               "hours": request.POST.get("standing_hours") or None}
     try:
-        services.decide_approval(actor=actor, approval_id=item.id, decision=decision, arguments=arguments,
+        run_decisions.decide_approval(actor=actor, approval_id=item.id, decision=decision, arguments=arguments,
                                  comment=comment, standing=choice,
                                  expected_args_hash=request.POST.get("args_hash", ""))
     except ValidationFailed as exc:
