@@ -5,7 +5,7 @@
   channel layer. This process plays the worker (the same `append_event` in a transaction a worker's step runs);
   the client runs on its own thread and loop. Also a 500-event burst (complete and in order?) and the cost of
   `apps.core.realtime.publish` on the publishing thread.
-- `approval(...)`: a person's decision (`runs.services.decide_approval`) -> the approved tool call started
+- `approval(...)`: a person's decision (`runs.decisions.decide_approval`) -> the approved tool call started
   (`ToolCall.dispatched_at`, committed by the worker right before the request leaves), on a warm Celery worker.
 - `memory(...)`: resident memory of the worker process that runs the engine after 100 runs and after 1,000.
 """

@@ -1,6 +1,6 @@
 """Writes for the approval inbox: open a request, record a person's vote.
 
-Runs own "decide and resume" (`apps.runs.services.decide_approval`): it calls `record_vote`
+Runs own "decide and resume" (`apps.runs.decisions.decide_approval`): it calls `record_vote`
 inside its own transaction, then queues the run. Only people vote: an actor without
 `approvals.decide` is refused, and nothing a model or tool produces reaches these functions.
 """

@@ -21,7 +21,7 @@ from apps.runs.engine.hashing import args_hash
 from apps.runs.ledger import append_event, publish_status
 from apps.runs.models import CallState, Run, RunStatus, ToolCall
 from apps.runs.outcome import writes_not_done
-from apps.runs.services import _enqueue, _enqueue_on_commit
+from apps.runs.queue import enqueue, enqueue_on_commit
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def decide_approval(*, actor: Actor, approval_id: UUID | str, decision: str, arg
         # The resume is enqueued first among this transaction's after-commit work (registered before the
         # vote's inbox count and notifications): the worker starts while those are still being sent.
         resume: list[UUID] = []
-        transaction.on_commit(lambda: resume and _enqueue(resume[0], resume=True))
+        transaction.on_commit(lambda: resume and enqueue(resume[0], resume=True))
         request = approvals.record_vote(actor=actor, request=request, decision=decision, comment=comment,
                                         arguments=edited, approved_args_hash=args_hash(edited) if edited else "",
                                         standing_choice=standing)
@@ -142,7 +142,7 @@ def _resume_if_ready(run: Run, *, enqueue: bool = True) -> bool:
     run.status, run.updated_at = RunStatus.QUEUED, now
     publish_status(run)
     if enqueue:
-        _enqueue_on_commit(run.id, resume=True)
+        enqueue_on_commit(run.id, resume=True)
     return True
 
 

@@ -105,7 +105,7 @@ def unknown_call_count(org_id: UUID | str) -> int:
 def unknown_calls(*, org_id: UUID | str, crew_id: UUID | str | None = None, agent_id: UUID | str | None = None,
                   server_id: UUID | str | None = None, risk: str | None = None) -> QuerySet[ToolCall]:
     """Calls whose outcome is unknown, oldest first, with the inbox's filters (the run's crew, the agent
-    that asked, the tool's server and risk). A person resolves each: `services.resolve_unknown_call`."""
+    that asked, the tool's server and risk). A person resolves each: `decisions.resolve_unknown_call`."""
     rows = org_tool_calls(org_id=org_id, state=CallState.UNKNOWN).select_related("step", "tool")
     if crew_id:
         rows = rows.filter(run__crew_id=crew_id)

@@ -1,9 +1,8 @@
-"""Writes for runs: start, cancel, decide-and-resume, resolve an unknown call, claim and advance, sweep.
+"""Starting and cancelling runs.
 
-Runs own "decide and resume": `decide_approval` records the person's vote through the
-approvals services and, when nothing else is pending, queues the run and enqueues
-`resume_run` on commit. Tasks call `advance_run`, which claims the run with a conditional
-UPDATE and a lease, runs a bounded number of engine steps, and gives the run back.
+The rest of a run's use cases are modules named for them: `decisions.py` (a person's vote and the resume,
+expiry, unknown outcomes), `worker.py` (claim, advance, sweep); every tool-call and event write ends in
+`ledger.py`.
 """
 
 from __future__ import annotations
@@ -26,6 +25,8 @@ from apps.registry.models import Tool
 from apps.runs import ledger
 from apps.runs.ledger import append_event, lock_pending_requests, publish_status
 from apps.runs.models import Run, RunStatus
+from apps.runs.queue import enqueue_on_commit
+from apps.runs.selectors import get_run
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
                          data={"inputs": clean, "crew_version": crew.version})
             publish_status(run)
             if enqueue:
-                _enqueue_on_commit(run.id)
+                enqueue_on_commit(run.id)
     except IntegrityError:
         existing = Run.objects.filter(org_id=actor.org_id, idempotency_key=key).first()
         if key and existing is not None:
@@ -155,16 +156,6 @@ def _same_request(existing: Run, crew_id: UUID | str) -> Run:
         message = "This Idempotency-Key already started a run of another crew; use a new key."
         raise ValidationFailed(message, {"Idempotency-Key": message})
     return existing
-
-
-def _enqueue_on_commit(run_id: UUID | str, *, resume: bool = False) -> None:
-    transaction.on_commit(lambda: _enqueue(run_id, resume=resume))
-
-
-def _enqueue(run_id: UUID | str, *, resume: bool = False) -> None:
-    from apps.runs import tasks
-
-    (tasks.resume_run if resume else tasks.execute_run).delay(str(run_id))
 
 
 # --- cancel --------------------------------------------------------------------------------------
@@ -189,6 +180,4 @@ def cancel_run(*, actor: Actor, run_id: UUID | str) -> Run:
 
 
 def _get(actor: Actor, run_id: UUID | str) -> Run:
-    from apps.runs.selectors import get_run
-
     return get_run(org_id=actor.org_id, run_id=run_id)

@@ -27,7 +27,7 @@ from apps.runs.lease import SWEPT, LeaseHeartbeat, heartbeat_seconds, lease_seco
 from apps.runs.ledger import _publish as publish_event
 from apps.runs.ledger import append_event, publish_status
 from apps.runs.models import Run, RunStatus
-from apps.runs.services import _enqueue_on_commit
+from apps.runs.queue import enqueue, enqueue_on_commit
 from apps.runs.store.notices import ChangeNotices
 from apps.runs.store.run_store import RunStore
 
@@ -171,7 +171,7 @@ def _advance_claimed(store: RunStore, *, enqueue_next: bool) -> str:
         if outcome == "continue":
             store.release()
             if enqueue_next:
-                _enqueue_on_commit(run_id)
+                enqueue_on_commit(run_id)
     except LeaseLost:
         logger.warning("run %s: lease lost to another worker", run_id)
         return "lost"
@@ -210,8 +210,6 @@ def sweep_stuck_runs() -> int:
     (`updated_at`), so it is enqueued again once per `AIRLOCK_RUN_REQUEUE_AFTER_S`. The claim counts each recovery in
     `deliveries`; past the cap the run fails with the reason. Returns how many runs were re-enqueued.
     """
-    from apps.runs import tasks
-
     now = timezone.now()
     expired = list(Run.objects.filter(status=RunStatus.RUNNING, lease_expires_at__lt=now)
                    .values_list("id", flat=True)[:500])
@@ -225,7 +223,7 @@ def sweep_stuck_runs() -> int:
         id=run_id, status=RunStatus.QUEUED, updated_at__lt=lost_before).update(updated_at=now)]
     ids = [*taken, *requeued]
     for run_id in ids:
-        tasks.execute_run.delay(str(run_id))
+        enqueue(run_id)
     return len(ids)
 
 

@@ -6,7 +6,7 @@ quarantined, a server disabled). Each read is a round trip to Postgres, which on
 than the statement (bench/run.py, docs/performance.md). Instead, while a task drives a run, its connection
 LISTENs on the run's channel and on the registry's (the triggers of migrations runs/0006-0007 notify them
 on commit; a registry notice names its org), and a check drains what has arrived: a poll of the socket, no
-round trip. The LISTEN goes out with the claim (`apps.runs.services.advance_run`), so the claimed row is
+round trip. The LISTEN goes out with the claim (`apps.runs.worker.advance_run`), so the claimed row is
 current and nothing committed after it goes unheard: a change to the run waits for the claim's row lock,
 and so commits, and is notified, after the claim. When nothing has arrived, what the store read last is
 still current, up to the time a notice takes to arrive (well under a millisecond here): the same window
