@@ -113,7 +113,7 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
     except IntegrityError:
         raise Conflict("You already voted on this request.") from None
     approvals = sum(1 for _, d in cast if d == VoteDecision.APPROVE) + (decision == VoteDecision.APPROVE)
-    request.votes_cast = len(cast) + 1
+    request.votes_cast, request.approvals_given = len(cast) + 1, approvals
     fields = ["comment", "updated_at"]
     request.comment = "\n".join(c for c in (request.comment, comment) if c)
     if arguments is not None:

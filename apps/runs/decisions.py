@@ -4,6 +4,7 @@ a person's word on a call whose outcome is unknown."""
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -12,6 +13,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from apps.accounts.actors import Actor
+from apps.approvals import selectors as approval_selectors
 from apps.approvals import services as approvals
 from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
@@ -27,6 +29,28 @@ logger = logging.getLogger(__name__)
 
 
 # --- decide and resume ---------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Decision:
+    """What a person's decision did, for the page or the API call that made it."""
+
+    request: ApprovalRequest  # as it is after the commit (its agent, tool and server loaded)
+    approvals: int  # approve votes so far, of `request.required_approvals`
+    edited: bool  # the decider sent arguments with an approval (the edit form)
+
+
+def decide(*, actor: Actor, approval_id: UUID | str, decision: str, arguments: dict[str, Any] | None = None,
+           comment: str = "", standing: dict[str, Any] | None = None, expected_args_hash: str = "") -> Decision:
+    """A person's decision from the inbox or the API: `decide_approval`, then the request as it is now.
+    Raises what `decide_approval` raises."""
+    decided = decide_approval(actor=actor, approval_id=approval_id, decision=decision, arguments=arguments,
+                              comment=comment, standing=standing, expected_args_hash=expected_args_hash)
+    given = getattr(decided, "approvals_given", None)
+    request = approval_selectors.get_approval(org_id=actor.org_id, approval_id=approval_id)
+    if given is None:  # not counted by the vote (a tool-definition item): from the table
+        given = request.votes.filter(decision="approve").count()
+    return Decision(request=request, approvals=given, edited=arguments is not None and decision == "approve")
+
 
 def decide_approval(*, actor: Actor, approval_id: UUID | str, decision: str, arguments: dict[str, Any] | None = None,
                     comment: str = "", standing: dict[str, Any] | None = None,

@@ -101,8 +101,7 @@ def get_approval(request, approval_id: UUID):
 @router.post("/{approval_id}/decision", response=ApprovalOut)
 def decide(request, approval_id: UUID, payload: DecisionIn):
     """Approve (optionally with edited arguments and a standing approval) or reject; 409 when decided."""
-    decisions.decide_approval(actor=request.auth, approval_id=approval_id, decision=payload.decision,
-                             arguments=payload.arguments, comment=payload.comment,
-                             standing=payload.standing.dict() if payload.standing else None,
-                             expected_args_hash=payload.args_hash)
-    return selectors.get_approval(org_id=request.auth.org_id, approval_id=approval_id)
+    return decisions.decide(actor=request.auth, approval_id=approval_id, decision=payload.decision,
+                            arguments=payload.arguments, comment=payload.comment,
+                            standing=payload.standing.dict() if payload.standing else None,
+                            expected_args_hash=payload.args_hash).request
