@@ -227,7 +227,7 @@ class LedgerWriter:
     acknowledgement, then closes the writer's input (it exits at end of input). A writer that dies
     is restarted and gets the unacknowledged batch again, marked as a resend (records already
     committed are skipped: their ids are chosen here). If no writer process can be started, the
-    shipper commits the batch itself (the old in-process path).
+    shipper commits the batch itself, in this process.
 
     No record is ever dropped: a batch the database cannot take is retried with backoff until it
     is stored (the shipper waits, the next batches collect meanwhile). Each batch is in a spool
@@ -520,7 +520,7 @@ def flush(batch: list[CallRecord]) -> None:
         rows = ledger.record_calls(
             [Outcome(id=r.id, org_id=r.org_id, run_id=r.run_id, fields=r.fields, row_id=r.row_id, event=r.event,
                      event_data=r.event_data, taint=r.taint) for r in batch], publish_per_run=PUBLISH_PER_RUN)
-        # The key before the audit chain's head, as a revoke takes them (the other order deadlocked).
+        # The key before the audit chain's head, the order a revoke takes them in (else the two deadlock).
         sessions = {r.session_pk for r in batch}
         GatewaySession.objects.filter(id__in=sessions).update(last_seen_at=now)
         keys = {r.key_id for r in batch}

@@ -42,9 +42,9 @@ def max_deliveries() -> int:
 
 # The claim in one statement on Postgres: the compare-and-set, the time spent waiting for people added
 # to `waited_s`, and the run's `run.recovered` (taken over from a lost worker), `run.resumed` or
-# `run.started` event with its sequence number. It replaces an UPDATE, then a transaction with a
-# SELECT ... FOR UPDATE, an UPDATE of `state` and the event's INSERT (six round trips with BEGIN and
-# COMMIT) between a decision and the approved call's dispatch.
+# `run.started` event with its sequence number: one round trip between a decision and the approved
+# call's dispatch, where the ORM's UPDATE, lock, `state` update and event INSERT with BEGIN and COMMIT
+# would be six.
 _CLAIM_SQL = """
 WITH old AS (
   SELECT id, status, last_seq, state, COALESCE(state->>'waiting_since', '') <> '' AS resumed
@@ -76,8 +76,8 @@ SELECT * FROM claimed
 
 @functools.cache
 def _claim_sql() -> tuple[Columns, str]:
-    """The claim with the run's columns listed once per process (apps/core/rows.py): a raw queryset
-    worked out its columns and their model fields again on every claim, between a decision and its call."""
+    """The claim with the run's columns listed once per process (apps/core/rows.py): a raw queryset would
+    work out its columns and their model fields again on every claim, between a decision and its call."""
     run = Columns(Run, [f.name for f in Run._meta.concrete_fields], "r")
     return run, _CLAIM_SQL.replace("{columns}", run.sql)
 

@@ -67,7 +67,7 @@ class RunStore(Ledger):
         self._fresh = run is not None
         # While this store's worker holds the lease it is the only writer of the run's turns, so the
         # turn in progress and its parsed history stay in memory between steps: a step parses and
-        # dumps only the messages it adds, not the whole conversation (bench/run.py, per-step cost).
+        # dumps only the messages it adds, not the whole conversation: a step's cost stays flat as it grows.
         self._turn: RunStep | None = None
         self._history: dict[str, tuple[list[dict[str, Any]], list[ModelMessage]]] = {}
         # Likewise what this store wrote itself: step positions, each turn's model calls and the last
@@ -118,7 +118,7 @@ class RunStore(Ledger):
         that write's completion committed; a model call not yet recorded is made again."""
         outer, mark = self._depth == 0, len(self._events)
         # No savepoint when nested: nothing here catches an error to carry on, and a SAVEPOINT and its
-        # RELEASE are two round trips each (bench/run.py counted ~8 per step before).
+        # RELEASE are two round trips each, and a step nests several store transactions.
         with transaction.atomic(savepoint=False):
             self._depth += 1
             try:
