@@ -3,7 +3,8 @@
 A tool call (`ToolCall`) moves `proposed -> held/denied/dispatched -> approved/... -> succeeded/failed/
 unknown` only by a conditional UPDATE here (`move_call`), which also appends the transition's event, counts
 an `unknown` into the inbox and audits a policy denial (`applied`). Run events are numbered here alone (the
-per-run `seq`, under the run row's lock) and redacted here alone (`apps.audit.redaction.redact`).
+per-run `seq`, under the run row's lock) and redacted here alone (`apps.audit.redaction.redact`), the
+claim's event included (`claim_run`, one statement with the compare-and-set).
 
 Two callers: the engine's store (apps/runs/store/), which passes its own `emit` so a step's events go out
 in one statement at the end of its transaction, and the gateway (apps/gateway/ledger.py), which passes
@@ -17,13 +18,14 @@ import functools
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
 from django.db import connections, transaction
-from django.db.models import F
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.approvals import services as approvals
@@ -33,11 +35,12 @@ from apps.audit.org_secrets import OrgSecrets, redact_outside
 from apps.audit.redaction import redact
 from apps.core.db import send_expected
 from apps.core.realtime import org_group, publish_after_commit, run_group
-from apps.core.rows import Inserts, Update
+from apps.core.rows import Columns, Inserts, Update, fetch
 from apps.notifications.services import notify
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.engine.hashing import args_hash
-from apps.runs.models import CallState, Run, RunEvent, RunStep, ToolCall
+from apps.runs.lease import SWEPT, lease_seconds
+from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, ToolCall
 from apps.runs.outcome import writes_not_done
 
 APPROVAL_TTL = timedelta(hours=24)
@@ -438,6 +441,90 @@ def send_completion(row: ToolCall, fields: dict[str, Any]) -> None:
     values = {**fields, "updated_at": timezone.now()}
     update = _completion_update(tuple(values))
     send_expected(update.sql, update.params(values, {"id": row.id, "state": CallState.DISPATCHED}))
+
+
+# --- the run's claim ------------------------------------------------------------------------------------
+
+# The claim in one statement on Postgres: the compare-and-set, the time spent waiting for people added
+# to `waited_s`, and the run's `run.recovered` (taken over from a lost worker), `run.resumed` or
+# `run.started` event with its sequence number: one round trip between a decision and the approved
+# call's dispatch, where the ORM's UPDATE, lock, `state` update and event INSERT with BEGIN and COMMIT
+# would be six.
+_CLAIM_SQL = """
+WITH old AS (
+  SELECT id, status, last_seq, state, COALESCE(state->>'waiting_since', '') <> '' AS resumed
+  FROM runs_run WHERE id = %(id)s FOR UPDATE
+), claimed AS (
+  UPDATE runs_run r SET
+    status = 'running', lease_owner = %(owner)s, lease_expires_at = %(expires)s,
+    deliveries = CASE WHEN old.status = 'running' THEN r.deliveries + 1 ELSE r.deliveries END,
+    started_at = COALESCE(r.started_at, %(now)s), updated_at = %(now)s,
+    state = CASE WHEN old.resumed THEN (old.state - 'waiting_since') || jsonb_build_object('waited_s',
+        COALESCE((old.state->>'waited_s')::float8, 0) + GREATEST(0::float8,
+          EXTRACT(EPOCH FROM (%(now)s::timestamptz - (old.state->>'waiting_since')::timestamptz))::float8))
+      ELSE old.state END,
+    last_seq = old.last_seq + CASE WHEN old.status = 'running' OR old.resumed OR old.last_seq <= 1 THEN 1 ELSE 0 END
+  FROM old
+  WHERE r.id = old.id AND (old.status = 'queued' OR (old.status = 'running'
+    AND (r.lease_expires_at < %(now)s OR r.lease_owner = %(swept)s)))
+  RETURNING {columns}, CASE WHEN old.status = 'running' THEN 'run.recovered' WHEN old.resumed THEN 'run.resumed'
+    WHEN old.last_seq <= 1 THEN 'run.started' END AS claim_event
+), event AS (
+  INSERT INTO runs_runevent (run_id, seq, type, data, at)
+  SELECT id, last_seq, claim_event, CASE WHEN claim_event = 'run.resumed' THEN '{}'::jsonb
+    ELSE %(started)s::jsonb END, %(now)s
+  FROM claimed WHERE claim_event IS NOT NULL
+)
+SELECT * FROM claimed
+"""
+
+
+@functools.cache
+def _claim_sql() -> tuple[Columns, str]:
+    """The claim with the run's columns listed once per process (apps/core/rows.py): a raw queryset would
+    work out its columns and their model fields again on every claim, between a decision and its call."""
+    run = Columns(Run, [f.name for f in Run._meta.concrete_fields], "r")
+    return run, _CLAIM_SQL.replace("{columns}", run.sql)
+
+
+def claim_run(run_id: str, owner: str) -> Run | None:
+    """Compare-and-set: queued, or running with an expired lease (a lost worker) or one the sweeper took
+    back (`SWEPT`) -> running, ours."""
+    now = timezone.now()
+    if connections[Run.objects.db].vendor == "postgresql":
+        started = {"worker": owner}
+        columns, sql = _claim_sql()
+        rows = fetch(sql, {"id": columns.param("id", run_id), "owner": owner, "now": now, "swept": SWEPT,
+                           "expires": now + timedelta(seconds=lease_seconds()), "started": json.dumps(started)})
+        if not rows:
+            return None
+        run, claim_event = columns.instance(rows[0][:len(columns)]), rows[0][len(columns)]
+        if claim_event:
+            _publish(run.id, run.last_seq, claim_event, {} if claim_event == "run.resumed" else started, now)
+        publish_status(run)
+        return run
+    expires = now + timedelta(seconds=lease_seconds())
+    fields = dict(status=RunStatus.RUNNING, lease_owner=owner, lease_expires_at=expires,
+                  started_at=Coalesce(F("started_at"), now), updated_at=now)
+    lost = Q(status=RunStatus.RUNNING) & (Q(lease_expires_at__lt=now) | Q(lease_owner=SWEPT))
+    recovered = bool(Run.objects.filter(lost, id=run_id).update(**fields, deliveries=F("deliveries") + 1))
+    if not recovered and not Run.objects.filter(id=run_id, status=RunStatus.QUEUED).update(**fields):
+        return None
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(id=run_id)
+        state = dict(run.state)
+        if recovered:
+            append_event(run.id, "run.recovered", worker=owner)
+        elif state.get("waiting_since"):
+            waited = (now - datetime.fromisoformat(state.pop("waiting_since"))).total_seconds()
+            state["waited_s"] = float(state.get("waited_s", 0)) + max(0.0, waited)
+            run.state = state
+            run.save(update_fields=["state"])
+            append_event(run.id, "run.resumed")
+        elif run.last_seq <= 1:
+            append_event(run.id, "run.started", worker=owner)
+        publish_status(run)
+    return run
 
 
 # --- the run's end -----------------------------------------------------------------------------------------

@@ -3,29 +3,23 @@ back; the sweeper that re-enqueues runs whose worker or queue message was lost."
 
 from __future__ import annotations
 
-import functools
-import json
 import logging
 import os
 import socket
 import time
 import uuid
-from datetime import datetime, timedelta
+from datetime import timedelta
 from uuid import UUID
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connections, transaction
-from django.db.models import F, Q
-from django.db.models.functions import Coalesce
+from django.db import InterfaceError, OperationalError, connections
 from django.utils import timezone
 
 from apps.core.db import pipeline
-from apps.core.rows import Columns, fetch
+from apps.runs import ledger
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.engine.loop import advance
 from apps.runs.lease import SWEPT, LeaseHeartbeat, heartbeat_seconds, lease_seconds
-from apps.runs.ledger import _publish as publish_event
-from apps.runs.ledger import append_event, publish_status
 from apps.runs.models import Run, RunStatus
 from apps.runs.queue import enqueue, enqueue_on_commit
 from apps.runs.store.notices import ChangeNotices
@@ -39,88 +33,6 @@ def max_deliveries() -> int:
 
 
 # --- claim, advance, sweep -----------------------------------------------------------------------
-
-# The claim in one statement on Postgres: the compare-and-set, the time spent waiting for people added
-# to `waited_s`, and the run's `run.recovered` (taken over from a lost worker), `run.resumed` or
-# `run.started` event with its sequence number: one round trip between a decision and the approved
-# call's dispatch, where the ORM's UPDATE, lock, `state` update and event INSERT with BEGIN and COMMIT
-# would be six.
-_CLAIM_SQL = """
-WITH old AS (
-  SELECT id, status, last_seq, state, COALESCE(state->>'waiting_since', '') <> '' AS resumed
-  FROM runs_run WHERE id = %(id)s FOR UPDATE
-), claimed AS (
-  UPDATE runs_run r SET
-    status = 'running', lease_owner = %(owner)s, lease_expires_at = %(expires)s,
-    deliveries = CASE WHEN old.status = 'running' THEN r.deliveries + 1 ELSE r.deliveries END,
-    started_at = COALESCE(r.started_at, %(now)s), updated_at = %(now)s,
-    state = CASE WHEN old.resumed THEN (old.state - 'waiting_since') || jsonb_build_object('waited_s',
-        COALESCE((old.state->>'waited_s')::float8, 0) + GREATEST(0::float8,
-          EXTRACT(EPOCH FROM (%(now)s::timestamptz - (old.state->>'waiting_since')::timestamptz))::float8))
-      ELSE old.state END,
-    last_seq = old.last_seq + CASE WHEN old.status = 'running' OR old.resumed OR old.last_seq <= 1 THEN 1 ELSE 0 END
-  FROM old
-  WHERE r.id = old.id AND (old.status = 'queued' OR (old.status = 'running'
-    AND (r.lease_expires_at < %(now)s OR r.lease_owner = %(swept)s)))
-  RETURNING {columns}, CASE WHEN old.status = 'running' THEN 'run.recovered' WHEN old.resumed THEN 'run.resumed'
-    WHEN old.last_seq <= 1 THEN 'run.started' END AS claim_event
-), event AS (
-  INSERT INTO runs_runevent (run_id, seq, type, data, at)
-  SELECT id, last_seq, claim_event, CASE WHEN claim_event = 'run.resumed' THEN '{}'::jsonb
-    ELSE %(started)s::jsonb END, %(now)s
-  FROM claimed WHERE claim_event IS NOT NULL
-)
-SELECT * FROM claimed
-"""
-
-
-@functools.cache
-def _claim_sql() -> tuple[Columns, str]:
-    """The claim with the run's columns listed once per process (apps/core/rows.py): a raw queryset would
-    work out its columns and their model fields again on every claim, between a decision and its call."""
-    run = Columns(Run, [f.name for f in Run._meta.concrete_fields], "r")
-    return run, _CLAIM_SQL.replace("{columns}", run.sql)
-
-
-def _claim(run_id: str, owner: str) -> Run | None:
-    """Compare-and-set: queued, or running with an expired lease (a lost worker) or one the sweeper took
-    back (`SWEPT`) -> running, ours."""
-    now = timezone.now()
-    if connections[Run.objects.db].vendor == "postgresql":
-        started = {"worker": owner}
-        columns, sql = _claim_sql()
-        rows = fetch(sql, {"id": columns.param("id", run_id), "owner": owner, "now": now, "swept": SWEPT,
-                           "expires": now + timedelta(seconds=lease_seconds()), "started": json.dumps(started)})
-        if not rows:
-            return None
-        run, claim_event = columns.instance(rows[0][:len(columns)]), rows[0][len(columns)]
-        if claim_event:
-            publish_event(run.id, run.last_seq, claim_event, {} if claim_event == "run.resumed" else started, now)
-        publish_status(run)
-        return run
-    expires = now + timedelta(seconds=lease_seconds())
-    fields = dict(status=RunStatus.RUNNING, lease_owner=owner, lease_expires_at=expires,
-                  started_at=Coalesce(F("started_at"), now), updated_at=now)
-    lost = Q(status=RunStatus.RUNNING) & (Q(lease_expires_at__lt=now) | Q(lease_owner=SWEPT))
-    recovered = bool(Run.objects.filter(lost, id=run_id).update(**fields, deliveries=F("deliveries") + 1))
-    if not recovered and not Run.objects.filter(id=run_id, status=RunStatus.QUEUED).update(**fields):
-        return None
-    with transaction.atomic():
-        run = Run.objects.select_for_update().get(id=run_id)
-        state = dict(run.state)
-        if recovered:
-            append_event(run.id, "run.recovered", worker=owner)
-        elif state.get("waiting_since"):
-            waited = (now - datetime.fromisoformat(state.pop("waiting_since"))).total_seconds()
-            state["waited_s"] = float(state.get("waited_s", 0)) + max(0.0, waited)
-            run.state = state
-            run.save(update_fields=["state"])
-            append_event(run.id, "run.resumed")
-        elif run.last_seq <= 1:
-            append_event(run.id, "run.started", worker=owner)
-        publish_status(run)
-    return run
-
 
 def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
     """Claims the run and runs a bounded number of engine steps. A duplicate or stale delivery does nothing.
@@ -138,7 +50,7 @@ def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
         claimed_at = time.monotonic()
         with pipeline():
             heard = notices.listen()
-            run = _claim(run_id, owner)
+            run = ledger.claim_run(run_id, owner)
         if run is None:
             return "skipped"
         notices.org_id = run.org_id
