@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from django.db import InterfaceError, OperationalError, close_old_connections, transaction
-from django.db.models import F, Q
+from django.db.models import Q
 from django.utils import timezone
 
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
@@ -551,8 +551,8 @@ def open_hold(*, session: SessionRef, fields: dict[str, Any], tool: Any, rule: s
               actor: GatewayActor) -> ToolCall:
     """`proposed -> held` with an approval request in the inbox (one transaction), audited."""
     with transaction.atomic():
-        row = ledger.insert_call(org_id=session.org_id, run_id=session.run_id, state=CallState.PROPOSED, **fields)
-        Run.objects.filter(id=session.run_id).update(tool_calls=F("tool_calls") + 1)
+        row = ledger.insert_call(org_id=session.org_id, run_id=session.run_id, state=CallState.PROPOSED, count=True,
+                                 **fields)
         run = Run.objects.get(id=session.run_id)
         turn = RunStep.objects.get(id=session.turn_id)
         ledger.hold_call(run, row, emit=events_now(run.id), rule=rule, reason=reason,

@@ -348,10 +348,20 @@ def resolve_unknown(run: Run, row: ToolCall, *, outcome: str, text: str, by: str
     append_event(run.id, "tool.resolved", tool_call_id=str(row.id), tool=row.qualified_name, outcome=outcome, by=by)
 
 
-def insert_call(*, org_id: Any, run_id: Any, state: str, **fields: Any) -> ToolCall:
+def insert_call(*, org_id: Any, run_id: Any, state: str, count: bool = False, **fields: Any) -> ToolCall:
     """A ledger row created outside an engine step (the gateway's): `proposed`, or `dispatched` committed before
-    a non-read call leaves."""
-    return ToolCall.objects.create(org_id=org_id, run_id=run_id, state=state, **fields)
+    a non-read call leaves. `count`: it joins the run's `tool_calls` now (else with its completion's batch)."""
+    row = ToolCall.objects.create(org_id=org_id, run_id=run_id, state=state, **fields)
+    if count:
+        Run.objects.filter(id=run_id).update(tool_calls=F("tool_calls") + 1)
+    return row
+
+
+def new_calls(*, org_id: Any, run_id: Any, step: RunStep, calls: list[dict[str, Any]]) -> list[ToolCall]:
+    """A model call's `proposed` rows, in memory, with their ids: the store sends them with the step's batch
+    (`send_new_calls`)."""
+    return [ToolCall(org_id=org_id, run_id=run_id, step=step, position=position, **call)
+            for position, call in enumerate(calls)]
 
 
 def calls_lost_in_flight(rows: Any, *, error: str) -> int:

@@ -457,8 +457,7 @@ class RunStore(Ledger):
                        provider=provider, model=model, input_tokens=tokens_in, output_tokens=tokens_out,
                        cached_tokens=cached, cost_usd=price.cost_usd, price_source=price.source, latency_ms=latency_ms,
                        output=text[:4000], started_at=now - timedelta(milliseconds=latency_ms), finished_at=now)
-        rows = [ToolCall(org_id=org_id, run_id=self.run_id, step=step, position=position, **call)
-                for position, call in enumerate(calls)]
+        rows = ledger.new_calls(org_id=org_id, run_id=self.run_id, step=step, calls=calls)
         unknown = price.cost_usd is None
         totals = Totals(tokens_in=tokens_in, tokens_out=tokens_out, tokens_cached=cached, tool_calls=len(calls),
                         cost_usd=price.cost_usd or Decimal(0), cost_unknown_calls=1 if unknown else 0)
