@@ -87,14 +87,14 @@ def test_a_cancel_committed_just_after_the_claim_stops_the_run_at_its_first_step
     crew = crew_of(desk, lookups("A-1001", "A-1002"))
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
                              enqueue=False)
-    advance = run_worker._advance_claimed
+    advance = run_worker.advance  # the engine's entry point, handed the claimed run's store
 
     def claimed_then_cancelled(*args, **kwargs):  # the claim and its LISTEN committed, no step made yet
         in_another_connection(lambda: services.cancel_run(actor=desk.actor, run_id=run.id))
         time.sleep(0.2)  # its notice is on this connection's socket before the first step looks
         return advance(*args, **kwargs)
 
-    monkeypatch.setattr(run_worker, "_advance_claimed", claimed_then_cancelled)
+    monkeypatch.setattr(run_worker, "advance", claimed_then_cancelled)
     run = run_worker.drive_run(run_id=run.id)
     assert run.status == "cancelled"
     assert not RunStep.objects.filter(run=run).exists()  # stopped at the first boundary: no turn, no model call

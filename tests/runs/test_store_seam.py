@@ -2,7 +2,9 @@
 engine may call exists on `RunStore` with the same parameters, so a call typed through `Store` lands."""
 
 import inspect
+from pathlib import Path
 
+import apps.runs.engine as engine
 from apps.runs.engine.seam import Store
 from apps.runs.store.run_store import RunStore
 
@@ -20,9 +22,7 @@ def test_the_run_store_has_every_method_of_the_seam_with_its_parameters():
 
 
 def test_the_engine_imports_no_store_module():
-    from pathlib import Path
 
-    import apps.runs.engine as engine
 
     for path in Path(engine.__file__).parent.glob("*.py"):
         assert "apps.runs.store" not in "".join(
