@@ -33,13 +33,17 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, close_old_connections, transaction
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, close_old_connections, connections, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+import apps
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
+from apps.gateway.ledger_process import ACK, HEADER
 from apps.gateway.models import GatewayKey, GatewaySession
+from apps.registry.models import Tool
 from apps.runs import ledger
 from apps.runs.ledger import CallRun, Outcome, append_event, events_now, publish_status
 from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolCall
@@ -334,8 +338,6 @@ class LedgerWriter:
 
     def _send(self, batch: list[CallRecord], *, resend: bool) -> bool:
         """True once the batch is stored; False when a stop cut it short (it stays in its spool file)."""
-        from apps.gateway.ledger_process import ACK, HEADER
-
         self._batches += 1
         body = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
         while self._use_process and self._failures < 3:
@@ -399,8 +401,6 @@ class LedgerWriter:
 
 
 def _project_root() -> str:
-    import apps
-
     return os.path.dirname(os.path.dirname(os.path.abspath(apps.__file__)))
 
 
@@ -456,8 +456,6 @@ def _write_one_by_one(batch: list[CallRecord], *, give_up_at: float | None) -> l
 # --- the spool: batches kept on disk until they are stored ------------------------------------------
 
 def spool_dir() -> Path:
-    from django.conf import settings
-
     return Path(settings.VAR_DIR) / "gateway-ledger"
 
 
@@ -505,8 +503,6 @@ def unwritten(batch: list[CallRecord]) -> list[CallRecord]:
 
 
 def close_connections() -> None:
-    from django.db import connections
-
     connections.close_all()
 
 
@@ -616,6 +612,4 @@ def row_state(row_id: str) -> ToolCall:
 
 def live_tool_facts(*, org_id: str, qualified_name: str):
     """The registry's current row for a tool (state, risk, pin), for the check at dispatch."""
-    from apps.registry.models import Tool
-
     return Tool.objects.filter(org_id=org_id, qualified_name=qualified_name).select_related("server").first()
