@@ -306,37 +306,37 @@ def hold_call(run: Run, row: ToolCall, *, emit: Emit, rule: str, reason: str, to
     return request
 
 
-def follow_approval(run: Run | CallRun, row: ToolCall, request: ApprovalRequest | None, *, emit: Emit,
-                    write_approval: bool = True) -> Decided | None:
-    """A decided approval moves a held row to approved (with the approved arguments) or rejected/expired.
-
-    `write_approval=False` (the engine, about to dispatch): an approval is returned, with the approved
-    arguments set on the row in memory, to be written with `dispatched`."""
+def approval_outcome(row: ToolCall, request: ApprovalRequest | None) -> Decided | None:
+    """How a held row follows its decided approval; None while it is pending. An approval's way out carries
+    no state: it is written with `dispatched` (the engine, about to dispatch) or as `approved`
+    (`follow_approval`). A rejection, an expiry or an approval of other arguments moves it to `rejected` or
+    `expired`."""
     if request is None or request.status == "pending":
         return None
     if request.status == "approved":
         approved = request.approved_arguments if request.approved_arguments is not None else request.arguments
         if request.args_hash != row.args_hash or (request.approved_args_hash and
                                                   request.approved_args_hash != args_hash(approved)):
-            move_call(run, row, expect=CallState.HELD, emit=emit, state=CallState.REJECTED, error_class="permission",
-                      reason="The approval does not match these arguments, so the call was not made.",
-                      event="tool.decided", event_data={"decision": "deny", "state": "rejected"})
-            return None
-        event_data = {"edited": approved != row.arguments, "by": request.decided_by_label}
-        if not write_approval:
-            row.approved_arguments = approved
-            return Decided(expect=CallState.HELD, fields={"approved_arguments": approved}, event="approval.applied",
-                           event_data=event_data)
-        move_call(run, row, expect=CallState.HELD, emit=emit, state=CallState.APPROVED, approved_arguments=approved,
-                  event="approval.applied", event_data=event_data)
-        return None
+            return Decided(expect=CallState.HELD, event="tool.decided",
+                           fields={"state": CallState.REJECTED, "error_class": "permission",
+                                   "reason": "The approval does not match these arguments, so the call was not made."},
+                           event_data={"decision": "deny", "state": "rejected"})
+        return Decided(expect=CallState.HELD, fields={"approved_arguments": approved}, event="approval.applied",
+                       event_data={"edited": approved != row.arguments, "by": request.decided_by_label})
     comment = request.comment.strip()
     reason = (f"A person ({request.decided_by_label}) rejected this call" + (f": {comment}" if comment else ".")
               if request.status == "rejected" else "Nobody approved this call in time; it expired (rejected).")
     state = CallState.REJECTED if request.status == "rejected" else CallState.EXPIRED
-    move_call(run, row, expect=CallState.HELD, emit=emit, state=state, reason=reason, error_class="permission",
-              event="tool.decided", event_data={"decision": "deny", "state": state, "reason": reason})
-    return None
+    return Decided(expect=CallState.HELD, fields={"state": state, "reason": reason, "error_class": "permission"},
+                   event="tool.decided", event_data={"decision": "deny", "state": state, "reason": reason})
+
+
+def follow_approval(run: Run | CallRun, row: ToolCall, request: ApprovalRequest | None, *, emit: Emit) -> None:
+    """A held row whose approval was decided moves on: `approved` with the approved arguments, or rejected."""
+    outcome = approval_outcome(row, request)
+    if outcome is not None:
+        move_call(run, row, expect=outcome.expect, emit=emit, event=outcome.event, event_data=outcome.event_data,
+                  **{"state": CallState.APPROVED, **outcome.fields})
 
 
 def resolve_unknown(run: Run, row: ToolCall, *, outcome: str, text: str, by: str) -> None:

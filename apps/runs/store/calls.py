@@ -133,12 +133,18 @@ class Ledger:
         return request
 
     def follow_approval(self, row: ToolCall, *, write_approval: bool = True) -> Decided | None:
-        """A held row follows its decided approval (apps.runs.ledger.follow_approval)."""
-        request = self.approval(row)
-        if request is None or request.status == "pending":
+        """A held row follows its decided approval (apps.runs.ledger.approval_outcome). `write_approval=False`
+        (the engine, about to dispatch): an approval is returned, with the approved arguments set on the row in
+        memory, for `dispatch_call` to write with `dispatched`."""
+        outcome = ledger.approval_outcome(row, self.approval(row))
+        if outcome is None:
             return None
-        with self.atomic():
-            return ledger.follow_approval(self.run, row, request, emit=self.event, write_approval=write_approval)
+        if "state" not in outcome.fields and not write_approval:  # written with `dispatched` by dispatch_call
+            row.approved_arguments = outcome.fields["approved_arguments"]
+            return outcome
+        self.set_call(row, expect=outcome.expect, event=outcome.event, event_data=outcome.event_data,
+                      **{"state": CallState.APPROVED, **outcome.fields})
+        return None
 
     def standing_approval(self, *, agent: dict[str, Any], tool: dict[str, Any] | None,
                           arguments: dict[str, Any] | None) -> str | None:
