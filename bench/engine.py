@@ -5,7 +5,7 @@ tool, every step committed to Postgres. Imported by bench/run.py after Django is
   returns 2 KB of text, a read the grant allows without a person), a scripted connection, and per size a
   sequential crew of one agent whose script calls `bench.lookup` n = 0 .. size-1, one call per model turn,
   then says done; plus a crew whose tool needs a person's approval (the resume metric).
-- `steps(...)` runs each crew inline with `services.start_run` + `services.drive_run` (the same engine a
+- `steps(...)` runs each crew inline with `services.start_run` + `run_worker.drive_run` (the same engine a
   worker runs, in this process; the MCP session stays open in this process's pool, as in a warm worker)
   and records the time between consecutive model calls, the same interval the LangGraph side records
   (`step_ms`), the time spent inside the MCP tool call per step (`tool_ms`: from `Pool.start_call` to its
@@ -136,13 +136,14 @@ def actor_for(s: Setup):
 def one_run(s: Setup, size: int) -> tuple[str, float, list[float], list[float]]:
     """(run id, total ms, step intervals in ms, tool call ms per step) of one run of `size` steps, inline."""
     from apps.runs import services
+    from apps.runs import worker as run_worker
 
     _instrument()
     MODEL_CALLS.clear()
     TOOL_CALLS.clear()
     started = time.perf_counter()
     run = services.start_run(actor=actor_for(s), crew_id=s.crews[size], inputs={}, enqueue=False)
-    run = services.drive_run(run_id=run.id, max_tasks=1000)
+    run = run_worker.drive_run(run_id=run.id, max_tasks=1000)
     total = (time.perf_counter() - started) * 1000
     assert run.status == "succeeded", (run.status, run.error)
     assert len(MODEL_CALLS) == size + 1 and len(TOOL_CALLS) >= size, (len(MODEL_CALLS), len(TOOL_CALLS))

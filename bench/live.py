@@ -5,7 +5,7 @@
   channel layer. This process plays the worker (the same `append_event` in a transaction a worker's step runs);
   the client runs on its own thread and loop. Also a 500-event burst (complete and in order?) and the cost of
   `apps.core.realtime.publish` on the publishing thread.
-- `approval(...)`: a person's decision (`runs.services.decide_approval`) -> the approved tool call started
+- `approval(...)`: a person's decision (`runs.decisions.decide_approval`) -> the approved tool call started
   (`ToolCall.dispatched_at`, committed by the worker right before the request leaves), on a warm Celery worker.
 - `memory(...)`: resident memory of the worker process that runs the engine after 100 runs and after 1,000.
 """
@@ -176,7 +176,7 @@ def events(setup, *, samples: int, burst: int) -> dict:
     from django.db import transaction
 
     from apps.core import realtime
-    from apps.runs.events import append_event
+    from apps.runs.ledger import append_event
     from apps.runs.models import Run
 
     layer = get_channel_layer()
@@ -259,7 +259,7 @@ def approval(setup, *, samples: int) -> dict:
     from apps.approvals.models import ApprovalRequest
     from apps.core.models import WorkerHeartbeat
     from apps.core.tasks import record_worker_heartbeat
-    from apps.runs import services
+    from apps.runs import decisions, services
     from apps.runs.models import Run, ToolCall
     from bench.engine import actor_for
 
@@ -271,7 +271,7 @@ def approval(setup, *, samples: int) -> dict:
         request = ApprovalRequest.objects.get(run_id=run.id, status="pending")
         time.sleep(0.05)  # the worker is idle again
         started = time.time()
-        services.decide_approval(actor=approver, approval_id=request.id, decision="approve")
+        decisions.decide_approval(actor=approver, approval_id=request.id, decision="approve")
         # The figure is the row's own timestamp, so how often this process looks does not change it; looking
         # every 2 ms (a query each) took CPU from the worker and Postgres it measures on a 2-core machine.
         dispatched = _wait(lambda run=run: ToolCall.objects.filter(run_id=run.id, dispatched_at__isnull=False)

@@ -181,14 +181,14 @@ def kill_between_steps(s: dict, tag: str, stack: ExitStack) -> tuple[str, float]
 
 
 def kill_after_decision(s: dict, tag: str, stack: ExitStack) -> tuple[str, float]:
-    from apps.runs import services
+    from apps.runs import decisions, services
     from apps.runs.models import Run, ToolCall
 
     run = services.start_run(actor=s["owner"], crew_id=s["held"].id, inputs={"tag": tag})
     wait_until("the held refund", lambda: Run.objects.get(id=run.id).status == "waiting")
     request = ToolCall.objects.get(run_id=run.id, state="held").approval
     KILL_FILE.write_text(f"{run.id} 1\n")  # the worker resuming it dies right after its claim
-    services.decide_approval(actor=s["approver"], approval_id=request.id, decision="approve")
+    decisions.decide_approval(actor=s["approver"], approval_id=request.id, decision="approve")
     return str(run.id), killed_once(str(run.id))
 
 
@@ -213,7 +213,7 @@ def recovered_after(run_id: str, killed_at: float) -> float:
 
 def settle(s: dict, run_id: str, tag: str, calls: int) -> str:
     """Resolves each `unknown` refund from the desk's own record, as a person would; checks exactly once."""
-    from apps.runs import services
+    from apps.runs import decisions
     from apps.runs.models import Run, ToolCall
 
     while True:
@@ -223,7 +223,7 @@ def settle(s: dict, run_id: str, tag: str, calls: int) -> str:
             break
         for row in ToolCall.objects.filter(run_id=run_id, state="unknown"):
             happened = executed(tag)[row.arguments["request_id"]] > 0
-            services.resolve_unknown_call(actor=s["approver"], tool_call_id=row.id,
+            decisions.resolve_unknown_call(actor=s["approver"], tool_call_id=row.id,
                                           outcome="succeeded" if happened else "failed")
         unknown = ToolCall.objects.filter(run_id=run_id, state="unknown").exists()
         if not unknown and not ToolCall.objects.filter(run_id=run_id, state="held").exists():

@@ -113,7 +113,7 @@ class Bench:
         """One run: read the message, send `write`. What the ledger says about the send."""
         from apps.agents import services as agents
         from apps.crews import services as crews
-        from apps.runs import services
+        from apps.runs import services, worker
         from apps.runs.models import ToolCall
 
         self.n += 1
@@ -130,7 +130,7 @@ class Bench:
                                          "description": "Read message {message_id} and answer {recipient}."}])
         run = services.start_run(actor=self.actor, crew_id=crew.id, enqueue=False,
                                  inputs={"message_id": message_id, "recipient": RECIPIENT})
-        run = services.drive_run(run_id=run.id)
+        run = worker.drive_run(run_id=run.id)
         row = ToolCall.objects.filter(run=run, qualified_name="inbox.send_message").first()
         sent = any(s["request_id"] == f"case-{self.n}" for s in json.loads(DATA.read_text())["sent"])
         return {"status": run.status, "state": row.state if row else "", "rule": row.rule if row else "",

@@ -1,6 +1,6 @@
 """Writes for the approval inbox: open a request, record a person's vote.
 
-Runs own "decide and resume" (`apps.runs.services.decide_approval`): it calls `record_vote`
+Runs own "decide and resume" (`apps.runs.decisions.decide_approval`): it calls `record_vote`
 inside its own transaction, then queues the run. Only people vote: an actor without
 `approvals.decide` is refused, and nothing a model or tool produces reaches these functions.
 """
@@ -116,7 +116,7 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
     except IntegrityError:
         raise Conflict("You already voted on this request.") from None
     approvals = sum(1 for _, d in cast if d == VoteDecision.APPROVE) + (decision == VoteDecision.APPROVE)
-    request.votes_cast = len(cast) + 1
+    request.votes_cast, request.approvals_given = len(cast) + 1, approvals
     fields = ["comment", "updated_at"]
     request.comment = "\n".join(c for c in (request.comment, comment) if c)
     if arguments is not None:

@@ -29,6 +29,7 @@ from apps.demo.agents_and_crews import REFUND_DESK, seed_agents_and_crews
 from apps.registry import selectors as registry_selectors
 from apps.registry import services as registry_services
 from apps.runs import services as runs
+from apps.runs import worker as run_worker
 from apps.runs.models import Run
 
 DEMO_SLUG = "demo"
@@ -140,5 +141,5 @@ def _seed_waiting_run(actor) -> bool:
         return False
     run = runs.start_run(actor=actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1500},
                          idempotency_key="seed-demo-refund", enqueue=False)
-    runs.drive_run(run_id=run.id)
+    run_worker.drive_run(run_id=run.id)
     return True

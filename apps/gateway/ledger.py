@@ -33,18 +33,20 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from django.db import InterfaceError, OperationalError, close_old_connections, transaction
-from django.db.models import F, Q
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, close_old_connections, connections, transaction
+from django.db.models import Q
 from django.utils import timezone
 
+import apps
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
-from apps.core.realtime import publish_after_commit, run_group
+from apps.gateway.ledger_process import ACK, HEADER
 from apps.gateway.models import GatewayKey, GatewaySession
-from apps.runs.engine.tools import follow_approval
-from apps.runs.events import append_event, publish_status
-from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
-from apps.runs.store import RunStore
+from apps.registry.models import Tool
+from apps.runs import ledger
+from apps.runs.ledger import CallRun, Outcome, append_event, events_now, publish_status
+from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolCall
 
 logger = logging.getLogger(__name__)
 
@@ -169,8 +171,9 @@ def end_session(*, session_pk: str, status: str = RunStatus.SUCCEEDED, reason: s
         GatewaySession.objects.filter(id=session_pk).update(ended_at=timezone.now())
         RunStep.objects.filter(run_id=session.run_id, kind=StepKind.AGENT, status="running").update(
             status="done", status_reason=reason[:500], finished_at=timezone.now())
-        RunStore(str(session.run_id), lease_owner="").finish(
-            status, output=f"{calls} tool call(s) through the gateway.", error=reason if status != "succeeded" else "")
+        ledger.finish_run(session.run_id, org_id=session.org_id, status=status,
+                          output=f"{calls} tool call(s) through the gateway.",
+                          error=reason if status != "succeeded" else "")
 
 
 def sessions_to_end(*, idle_before, limit: int = 100) -> list[str]:
@@ -202,18 +205,18 @@ def call_fields(*, step_id: str, position: int, tool: Any, name_used: str, quali
 def insert_dispatched(*, org_id: str, run_id: str, fields: dict[str, Any]) -> str:
     """Commits a `dispatched` row before a non-read call leaves (the ledger's rule). Returns its id."""
     now = timezone.now()
-    row = ToolCall.objects.create(org_id=org_id, run_id=run_id, state=CallState.DISPATCHED, decision="allow",
-                                  decided_at=now, dispatched_at=now, attempts=1, **fields)
+    row = ledger.insert_call(org_id=org_id, run_id=run_id, state=CallState.DISPATCHED, decision="allow",
+                             decided_at=now, dispatched_at=now, attempts=1, **fields)
     return str(row.id)
 
 
 def recover_in_flight() -> int:
     """At start: gateway calls left `dispatched` by a process that died become `unknown` (a person checks)."""
-    rows = ToolCall.objects.filter(state=CallState.DISPATCHED, run__gateway_session__isnull=False,
+    rows = ToolCall.objects.filter(run__gateway_session__isnull=False,
                                    dispatched_at__lt=timezone.now() - timedelta(minutes=5))
-    return rows.update(state=CallState.UNKNOWN, error_class="transient",
-                       error="The gateway stopped after sending this call and before its result was stored. "
-                             "It may or may not have happened: a person must check and resolve it.")
+    return ledger.calls_lost_in_flight(
+        rows, error="The gateway stopped after sending this call and before its result was stored. "
+                    "It may or may not have happened: a person must check and resolve it.")
 
 
 class LedgerWriter:
@@ -228,7 +231,7 @@ class LedgerWriter:
     acknowledgement, then closes the writer's input (it exits at end of input). A writer that dies
     is restarted and gets the unacknowledged batch again, marked as a resend (records already
     committed are skipped: their ids are chosen here). If no writer process can be started, the
-    shipper commits the batch itself (the old in-process path).
+    shipper commits the batch itself, in this process.
 
     No record is ever dropped: a batch the database cannot take is retried with backoff until it
     is stored (the shipper waits, the next batches collect meanwhile). Each batch is in a spool
@@ -335,8 +338,6 @@ class LedgerWriter:
 
     def _send(self, batch: list[CallRecord], *, resend: bool) -> bool:
         """True once the batch is stored; False when a stop cut it short (it stays in its spool file)."""
-        from apps.gateway.ledger_process import ACK, HEADER
-
         self._batches += 1
         body = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
         while self._use_process and self._failures < 3:
@@ -400,8 +401,6 @@ class LedgerWriter:
 
 
 def _project_root() -> str:
-    import apps
-
     return os.path.dirname(os.path.dirname(os.path.abspath(apps.__file__)))
 
 
@@ -457,8 +456,6 @@ def _write_one_by_one(batch: list[CallRecord], *, give_up_at: float | None) -> l
 # --- the spool: batches kept on disk until they are stored ------------------------------------------
 
 def spool_dir() -> Path:
-    from django.conf import settings
-
     return Path(settings.VAR_DIR) / "gateway-ledger"
 
 
@@ -506,56 +503,27 @@ def unwritten(batch: list[CallRecord]) -> list[CallRecord]:
 
 
 def close_connections() -> None:
-    from django.db import connections
-
     connections.close_all()
 
 
 def flush(batch: list[CallRecord]) -> None:
-    """One transaction: ledger rows, run events and counters, audit rows, session and key last use."""
+    """One transaction: the calls through the run ledger (rows, run events and counters, taint), audit rows,
+    session and key last use."""
     if not batch:
         return
     now = timezone.now()
     with transaction.atomic():
-        rows: list[tuple[CallRecord, ToolCall]] = []
-        new = []
-        for record in batch:
-            if record.row_id:
-                ToolCall.objects.filter(id=record.row_id, state=CallState.DISPATCHED).update(
-                    **{k: v for k, v in record.fields.items() if k in UPDATABLE}, updated_at=now)
-                rows.append((record, ToolCall(id=record.row_id, qualified_name=record.fields.get("qualified_name"))))
-            else:
-                row = ToolCall(id=record.id, org_id=record.org_id, run_id=record.run_id, **record.fields)
-                new.append(row)
-                rows.append((record, row))
-        ToolCall.objects.bulk_create(new)
-        by_run: dict[str, list[tuple[CallRecord, ToolCall]]] = defaultdict(list)
-        for record, row in rows:
-            by_run[record.run_id].append((record, row))
-        for run_id, items in by_run.items():
-            run = Run.objects.select_for_update().only("id", "last_seq", "tainted").get(id=run_id)
-            events = [RunEvent(run_id=run_id, seq=run.last_seq + i, type=record.event,
-                               data={"tool_call_id": str(row.id), "tool": record.fields.get("qualified_name", ""),
-                                     "via": "gateway", **record.event_data})
-                      for i, (record, row) in enumerate(items, start=1)]
-            RunEvent.objects.bulk_create(events)
-            taint = next((r.taint for r, _ in items if r.taint), "")
-            Run.objects.filter(id=run_id).update(last_seq=run.last_seq + len(events),
-                                                 tool_calls=F("tool_calls") + len(items),
-                                                 tainted=run.tainted or bool(taint), updated_at=now)
-            if taint and not run.tainted:
-                append_event(run_id, "run.tainted", reason=taint)
-            for event in events[-PUBLISH_PER_RUN:]:
-                publish_after_commit(run_group(run_id), "run.event", run_id=str(run_id), seq=event.seq,
-                                     type=event.type)
-        # The key before the audit chain's head, as a revoke takes them (the other order deadlocked).
+        rows = ledger.record_calls(
+            [Outcome(id=r.id, org_id=r.org_id, run_id=r.run_id, fields=r.fields, row_id=r.row_id, event=r.event,
+                     event_data=r.event_data, taint=r.taint) for r in batch], publish_per_run=PUBLISH_PER_RUN)
+        # The key before the audit chain's head, the order a revoke takes them in (else the two deadlock).
         sessions = {r.session_pk for r in batch}
         GatewaySession.objects.filter(id__in=sessions).update(last_seen_at=now)
         keys = {r.key_id for r in batch}
         GatewayKey.objects.filter(id__in=keys).exclude(last_used_at__gt=now - timedelta(minutes=1)).update(
             last_used_at=now)
         by_org: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for record, row in rows:
+        for record, row in zip(batch, rows, strict=True):
             by_org[record.org_id].append({
                 "actor": record.actor, "action": "gateway.tool_call", "target": row,
                 "target_label": record.fields.get("qualified_name", "")[:200],
@@ -564,9 +532,6 @@ def flush(batch: list[CallRecord]) -> None:
                          "run_id": record.run_id, **record.event_data}})
         for org_id, entries in by_org.items():
             audit.record_many(org_id=org_id, entries=entries)
-
-
-UPDATABLE = {"state", "result", "error", "error_class", "findings", "finished_at", "reason", "rule"}
 
 
 # --- held calls ----------------------------------------------------------------------------------
@@ -582,12 +547,12 @@ def open_hold(*, session: SessionRef, fields: dict[str, Any], tool: Any, rule: s
               actor: GatewayActor) -> ToolCall:
     """`proposed -> held` with an approval request in the inbox (one transaction), audited."""
     with transaction.atomic():
-        row = ToolCall.objects.create(org_id=session.org_id, run_id=session.run_id, state=CallState.PROPOSED,
-                                      **fields)
-        Run.objects.filter(id=session.run_id).update(tool_calls=F("tool_calls") + 1)
-        store = RunStore(session.run_id, lease_owner="")
+        row = ledger.insert_call(org_id=session.org_id, run_id=session.run_id, state=CallState.PROPOSED, count=True,
+                                 **fields)
+        run = Run.objects.get(id=session.run_id)
         turn = RunStep.objects.get(id=session.turn_id)
-        store.hold_call(row, rule=rule, reason=reason, tool=tool.snapshot() if tool else None, turn=turn)
+        ledger.hold_call(run, row, emit=events_now(run.id), rule=rule, reason=reason,
+                         tool=tool.snapshot() if tool else None, turn=turn)
         audit.record(org_id=session.org_id, actor=actor, action="gateway.tool_call", target=row,
                      target_label=row.qualified_name,
                      data={"state": "held", "decision": "hold", "rule": rule, "args_hash": row.args_hash,
@@ -599,7 +564,8 @@ def follow(row_id: str) -> ToolCall:
     """A held row whose approval was decided moves on (approved with the approved arguments, or rejected)."""
     row = ToolCall.objects.select_related("approval").get(id=row_id)
     if row.state == CallState.HELD and row.approval is not None and row.approval.status != ApprovalStatus.PENDING:
-        follow_approval(RunStore(str(row.run_id), lease_owner=""), row=row)
+        with transaction.atomic():
+            ledger.follow_approval(_call_run(row), row, row.approval, emit=events_now(row.run_id))
         row = ToolCall.objects.select_related("approval").get(id=row_id)
     return row
 
@@ -607,29 +573,37 @@ def follow(row_id: str) -> ToolCall:
 def claim_approved(row_id: str) -> bool:
     """approved -> dispatched, once (a second waiter on the same call gets False)."""
     row = ToolCall.objects.get(id=row_id)
-    return RunStore(str(row.run_id), lease_owner="").set_call(
-        row, expect=CallState.APPROVED, state=CallState.DISPATCHED, dispatched_at=timezone.now(),
-        attempts=row.attempts + 1, event="tool.dispatched", event_data={"via": "gateway"})
+    with transaction.atomic():
+        return ledger.move_call(_call_run(row), row, expect=CallState.APPROVED, emit=events_now(row.run_id),
+                                state=CallState.DISPATCHED, dispatched_at=timezone.now(), attempts=row.attempts + 1,
+                                event="tool.dispatched", event_data={"via": "gateway"})
 
 
 def deny_at_dispatch(row_id: str, reason: str, rule: str) -> None:
     row = ToolCall.objects.get(id=row_id)
-    store = RunStore(str(row.run_id), lease_owner="")
-    store.set_call(row, expect=CallState.APPROVED, state=CallState.DENIED, decision="deny", rule=rule,
-                   reason=f"Refused at dispatch: {reason}", error_class="permission", event="tool.decided",
-                   event_data={"decision": "deny", "state": "denied", "reason": reason, "at": "dispatch"})
+    with transaction.atomic():
+        ledger.move_call(_call_run(row), row, expect=CallState.APPROVED, emit=events_now(row.run_id),
+                         state=CallState.DENIED, decision="deny", rule=rule, reason=f"Refused at dispatch: {reason}",
+                         error_class="permission", event="tool.decided",
+                         event_data={"decision": "deny", "state": "denied", "reason": reason, "at": "dispatch"})
 
 
 def complete_held(row_id: str, *, state: str, result: dict[str, Any] | None, error: str, error_class: str,
                   findings: list[dict[str, Any]], actor: GatewayActor) -> None:
     row = ToolCall.objects.get(id=row_id)
     with transaction.atomic():
-        store = RunStore(str(row.run_id), lease_owner="")
-        store.complete_call(row, state=state, result=result, error=error, error_class=error_class, findings=findings)
+        ledger.complete_call(_call_run(row), row, emit=events_now(row.run_id), state=state, result=result,
+                             error=error, error_class=error_class, findings=findings)
         audit.record(org_id=row.org_id, actor=actor, action="gateway.tool_call", target=row,
                      target_label=row.qualified_name,
                      data={"state": state, "decision": "allow", "rule": "approved", "args_hash": row.args_hash,
                            "run_id": str(row.run_id), "approval_id": str(row.approval_id)})
+
+
+def _call_run(row: ToolCall) -> CallRun:
+    """What the ledger needs of a gateway call's run (its org; a gateway run has no crew)."""
+    return CallRun(id=row.run_id, org_id=row.org_id,
+                   crew_name=Run.objects.filter(id=row.run_id).values_list("crew_name", flat=True).first() or "")
 
 
 def row_state(row_id: str) -> ToolCall:
@@ -638,6 +612,4 @@ def row_state(row_id: str) -> ToolCall:
 
 def live_tool_facts(*, org_id: str, qualified_name: str):
     """The registry's current row for a tool (state, risk, pin), for the check at dispatch."""
-    from apps.registry.models import Tool
-
     return Tool.objects.filter(org_id=org_id, qualified_name=qualified_name).select_related("server").first()

@@ -164,7 +164,7 @@ def decide_by_link(*, token: str, decision: str, comment: str = "") -> Any:
     respond (the text goes back to the agent instead of the call). Marks the link used in the same
     transaction. Returns the approval request. Raises NotFound, Conflict (used, decided, expired,
     arguments changed), PermissionDenied (role, separation of duties), ValidationFailed."""
-    from apps.runs.services import decide_approval
+    from apps.runs.decisions import decide_approval
 
     if decision not in DECISIONS:
         raise Conflict("Choose approve, reject or respond.")

@@ -272,7 +272,7 @@ def handle_interaction(*, connection_id: UUID | str, body: bytes, headers: dict[
     form's submission. Decides through runs' decide_approval as the member. Returns the JSON for
     Slack's HTTP answer (None: an empty 200). Raises PermissionDenied for a bad signature or
     timestamp, and for a person who may not decide; Conflict when the request was decided."""
-    from apps.runs.services import decide_approval
+    from apps.runs.decisions import decide_approval
 
     connection = SlackConnection.objects.filter(id=connection_id, enabled=True).first()
     if connection is None or not verify(connection, body=body, headers=headers):

@@ -17,7 +17,7 @@ from apps.accounts.actors import Actor
 from apps.approvals import questions
 from apps.approvals.models import ApprovalKind, ApprovalRequest
 from apps.core.errors import NotFound
-from apps.runs.events import append_event
+from apps.runs.ledger import append_event
 from apps.runs.models import Run
 
 ANSWERABLE = (ApprovalKind.QUESTION, ApprovalKind.ELICITATION)
@@ -29,7 +29,8 @@ def answer(*, actor: Actor, approval_id: UUID | str, text: str = "", action: str
     question whose run has nothing else pending, resumes the run. Writes the request, its audit row and a run
     event (`question.answered` / `elicitation.answered`). Raises NotFound, PermissionDenied (not in the asked
     group), Conflict (already answered or expired), ValidationFailed (field errors)."""
-    from apps.runs.services import _enqueue, _resume_if_ready  # services imports the engine, which imports us
+    from apps.runs.decisions import _resume_if_ready  # decisions imports the engine, which imports us
+    from apps.runs.queue import enqueue as _enqueue
 
     with transaction.atomic():
         request = (ApprovalRequest.objects.select_for_update()

@@ -25,8 +25,8 @@ from apps.accounts.actors import Actor
 from apps.audit import services as audit
 from apps.core.errors import Conflict, ValidationFailed
 from apps.costs import selectors as budgets
-from apps.runs import history, selectors, services, trial
-from apps.runs.events import append_event, publish_status
+from apps.runs import history, queue, selectors, services, trial
+from apps.runs.ledger import append_event, publish_status
 from apps.runs.models import CallState, Run, RunOrigin, RunStep, StepKind, ToolCall
 
 MAX_PROMPT = 20_000
@@ -54,7 +54,7 @@ def rerun(*, actor: Actor, run_id: UUID | str) -> Run:
         Run.objects.filter(id=run.id).update(origin=RunOrigin.RERUN, parent=parent)
         run.origin, run.parent = RunOrigin.RERUN, parent
         append_event(run.id, "run.origin", origin=RunOrigin.RERUN, parent_id=str(parent.id))
-        services._enqueue_on_commit(run.id)
+        queue.enqueue_on_commit(run.id)
     return run
 
 
@@ -106,7 +106,7 @@ def fork(*, actor: Actor, run_id: UUID | str, step: int, prompt: str | None = No
                      data={"parent_id": str(parent.id), "step": step, "task": turn.task, "edited": edits,
                            "inputs": clean})
         publish_status(run)
-        services._enqueue_on_commit(run.id)
+        queue.enqueue_on_commit(run.id)
     return run
 
 

@@ -10,6 +10,7 @@ from uuid import UUID
 from django.core.exceptions import ValidationError
 from django.db.models import Count, Q, QuerySet
 
+from apps.core import tracing
 from apps.core.errors import NotFound
 from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
 
@@ -32,6 +33,13 @@ def org_runs(*, org_id: UUID | str, status: str | None = None, crew_id: UUID | s
     if until:
         runs = runs.filter(created_at__lt=until)
     return runs.order_by("-created_at")
+
+
+def trace_parent(run_id: UUID | str) -> str:
+    """The run's trace to join (apps/core/tracing.py), read only when tracing is on: the claim does not carry it."""
+    if not tracing.enabled():
+        return ""
+    return Run.objects.filter(id=run_id).values_list("trace_parent", flat=True).first() or ""
 
 
 def count_by_status() -> dict[str, int]:
@@ -139,7 +147,7 @@ def unknown_call_count(org_id: UUID | str) -> int:
 def unknown_calls(*, org_id: UUID | str, crew_id: UUID | str | None = None, agent_id: UUID | str | None = None,
                   server_id: UUID | str | None = None, risk: str | None = None) -> QuerySet[ToolCall]:
     """Calls whose outcome is unknown, oldest first, with the inbox's filters (the run's crew, the agent
-    that asked, the tool's server and risk). A person resolves each: `services.resolve_unknown_call`."""
+    that asked, the tool's server and risk). A person resolves each: `decisions.resolve_unknown_call`."""
     rows = org_tool_calls(org_id=org_id, state=CallState.UNKNOWN).select_related("step", "tool")
     if crew_id:
         rows = rows.filter(run__crew_id=crew_id)

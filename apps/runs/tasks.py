@@ -5,29 +5,29 @@ from __future__ import annotations
 from celery import shared_task
 
 from apps.core import log_context
-from apps.runs import retention, services
+from apps.runs import decisions, retention, worker
 
 
 @shared_task
 def execute_run(run_id: str) -> str:
     with log_context.bind(run_id=run_id):
-        return services.advance_run(run_id=run_id)
+        return worker.advance_run(run_id=run_id)
 
 
 @shared_task
 def resume_run(run_id: str) -> str:
     with log_context.bind(run_id=run_id):
-        return services.advance_run(run_id=run_id)
+        return worker.advance_run(run_id=run_id)
 
 
 @shared_task
 def sweep_stuck_runs() -> int:
-    return services.sweep_stuck_runs()
+    return worker.sweep_stuck_runs()
 
 
 @shared_task
 def expire_approvals() -> int:
-    return services.expire_due_approvals()
+    return decisions.expire_due_approvals()
 
 
 @shared_task

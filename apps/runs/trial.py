@@ -19,9 +19,10 @@ from apps.agents import selectors as agents
 from apps.audit import services as audit
 from apps.core.errors import ValidationFailed
 from apps.costs import selectors as budgets
-from apps.runs.events import append_event, publish_status
+from apps.runs.ledger import append_event, publish_status
 from apps.runs.models import Run, RunOrigin
-from apps.runs.services import _enqueue_on_commit, tool_snapshot
+from apps.runs.queue import enqueue_on_commit as _enqueue_on_commit
+from apps.runs.services import tool_snapshot
 
 MAX_MESSAGE = 20_000
 TASK = "try"

@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 
 from apps.accounts.roles import ROLE_HELP, TOKEN_ROLES, Role
+from apps.approvals.models import ApprovalRequest
 from apps.core.errors import ValidationFailed
 
 
@@ -131,3 +135,68 @@ class IdentityProviderForm(forms.Form):
     sso_required = forms.BooleanField(label="Require single sign-on", required=False,
                                       help_text="Members cannot sign in with a password.")
     enabled = forms.BooleanField(required=False, initial=True)
+
+
+class DecisionForm(forms.Form):
+    """The inbox's decision POST (web/inbox/_decide_form.html): the decision, a comment, the standing choice,
+    the hash of the arguments the person saw, and the edited arguments as `arg.<name>` fields, typed by the
+    tool's input schema. Every field is optional: what is wrong with a decision is the service's to say
+    (`apps.runs.decisions.decide`), next to the field it concerns."""
+
+    decision = forms.CharField(required=False)
+    comment = forms.CharField(required=False)
+    standing = forms.CharField(required=False, strip=False)
+    standing_condition = forms.CharField(required=False, strip=False)
+    standing_hours = forms.CharField(required=False, strip=False)
+    args_hash = forms.CharField(required=False, strip=False)
+
+    def __init__(self, data: Any, *, item: ApprovalRequest) -> None:
+        super().__init__(data)
+        self.item = item
+        self.values = {key[4:]: value for key, value in data.items() if key.startswith("arg.")}
+
+    def clean_standing(self) -> str:
+        return self.data.get("standing", "call")  # no choice sent: this call only
+
+    def decision_arguments(self) -> dict[str, Any]:
+        """The keyword arguments of `decide`. Raises ValidationFailed when a field is malformed."""
+        if not self.is_valid():
+            raise ValidationFailed("The decision could not be read.",
+                                   {name: " ".join(errors) for name, errors in self.errors.items()})
+        data = self.cleaned_data
+        decision = data["decision"]
+        arguments = parse_arguments(self.item, self.values) if self.values and decision == "approve" else None
+        return {"decision": decision, "arguments": arguments, "comment": data["comment"],
+                "standing": {"scope": data["standing"], "condition": data["standing_condition"],
+                             "hours": data["standing_hours"] or None},
+                "expected_args_hash": data["args_hash"]}
+
+
+def parse_arguments(request: ApprovalRequest, values: dict[str, str]) -> dict[str, Any]:
+    """The edited arguments from the form, typed by the input schema; a value that does not convert
+    stays text so the schema check reports it next to its field."""
+    schema = (request.tool.input_schema if request.tool_id and request.tool else None) or {}
+    props = schema.get("properties") or {}
+    out = dict(request.arguments)
+    for name, raw in values.items():
+        kind = (props.get(name) or {}).get("type")
+        raw = raw.strip() if kind != "string" else raw
+        if raw == "" and name not in request.arguments:
+            continue
+        out[name] = _typed(raw, kind)
+    return out
+
+
+def _typed(raw: str, kind: Any) -> Any:
+    try:
+        if kind == "integer":
+            return int(raw)
+        if kind == "number":
+            return float(raw) if any(c in raw for c in ".eE") else int(raw)
+        if kind == "boolean":
+            return {"true": True, "false": False}.get(raw.lower(), raw)
+        if kind == "string":
+            return raw
+        return json.loads(raw)
+    except (ValueError, TypeError):
+        return raw

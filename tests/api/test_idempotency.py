@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
-from apps.runs import services
+from apps.runs import services, worker
 from apps.runs.models import Run
 from tests.factories import token_for
 from tests.runs.conftest import LOOK_UP
@@ -31,7 +31,7 @@ def test_a_replay_answers_the_first_status_and_body_even_after_the_run_moved_on(
     crew = desk.sequential("Look", [("look", agent, "Look up {order_id}.", [])])
     first = start(builder, crew, "nightly-1")
     assert first.status_code == 201 and first.json()["status"] == "queued"
-    services.drive_run(run_id=first.json()["id"])  # the run finishes meanwhile
+    worker.drive_run(run_id=first.json()["id"])  # the run finishes meanwhile
     again = start(builder, crew, "nightly-1")
     assert (again.status_code, again.json()) == (first.status_code, first.json())
     assert Run.objects.filter(crew=crew).count() == 1

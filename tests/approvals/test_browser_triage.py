@@ -10,6 +10,7 @@ from django.conf import settings
 from playwright.sync_api import Page, expect
 
 from apps.approvals.models import ApprovalRequest
+from apps.runs import worker
 from tests.approvals.test_browser import order_desk
 from tests.browser.test_foundation import sign_in
 from tests.runs.test_browser_history import in_thread
@@ -26,7 +27,7 @@ def held_runs(owner, data, count):
     for n in range(count):
         run = services.start_run(actor=desk.actor, crew_id=crew.id,
                                  inputs={"order_id": f"A-100{n + 1}", "amount_cents": 100 + n}, enqueue=False)
-        services.drive_run(run_id=run.id)
+        worker.drive_run(run_id=run.id)
         ids.append(run.id)
     return ids
 

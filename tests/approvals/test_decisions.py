@@ -21,7 +21,8 @@ from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
 from apps.crews import services as crew_services
 from apps.registry import services as registry_services
 from apps.registry.models import Tool
-from apps.runs import services, tasks
+from apps.runs import decisions, services, tasks
+from apps.runs import worker as run_worker
 from apps.runs.models import Run, RunEvent, ToolCall
 from tests.factories import add_member, token_for
 from tests.runs.conftest import LOOK_UP, REFUND
@@ -33,7 +34,7 @@ def finish(run_id, timeout=60.0):
     """Drives the run here, or waits for a session worker that claimed the resume first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        run = services.drive_run(run_id=run_id)
+        run = run_worker.drive_run(run_id=run_id)
         if run.is_finished:
             return run
         time.sleep(0.2)
@@ -42,7 +43,7 @@ def finish(run_id, timeout=60.0):
 
 def held_run(desk, crew, actor=None, inputs=A1001):
     run = services.start_run(actor=actor or desk.actor, crew_id=crew.id, inputs=inputs, enqueue=False)
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "waiting", run.error
     return run, ApprovalRequest.objects.get(run_id=run.id, status="pending")
 
@@ -57,7 +58,7 @@ def test_two_approvers_at_once_one_wins_the_other_gets_409_and_the_refund_happen
     def decide(actor):
         try:
             barrier.wait()
-            services.decide_approval(actor=actor, approval_id=request.id, decision="approve")
+            decisions.decide_approval(actor=actor, approval_id=request.id, decision="approve")
             outcomes.append("won")
         except Conflict as exc:
             outcomes.append(f"409: {exc.message}")
@@ -145,23 +146,23 @@ def test_edited_arguments_are_checked_against_the_schema_and_an_old_decision_is_
     run, request = held_run(desk, crew)
     first, second = (member_actor(add_member(org, "approver")) for _ in range(2))
     with pytest.raises(ValidationFailed) as bad:
-        services.decide_approval(actor=first, approval_id=request.id, decision="approve",
+        decisions.decide_approval(actor=first, approval_id=request.id, decision="approve",
                                  arguments={**request.arguments, "amount_cents": "lots"})
     assert "arguments.amount_cents" in bad.value.errors
-    services.decide_approval(actor=first, approval_id=request.id, decision="approve",
+    decisions.decide_approval(actor=first, approval_id=request.id, decision="approve",
                              arguments={**request.arguments, "amount_cents": 300})
     request.refresh_from_db()
     assert request.status == "pending" and request.approved_arguments["amount_cents"] == 300
     # The second approver's page showed the arguments as proposed: that decision is refused.
     with pytest.raises(Conflict, match="arguments changed"):
-        services.decide_approval(actor=second, approval_id=request.id, decision="approve",
+        decisions.decide_approval(actor=second, approval_id=request.id, decision="approve",
                                  expected_args_hash=request.args_hash)
-    services.decide_approval(actor=second, approval_id=request.id, decision="approve",
+    decisions.decide_approval(actor=second, approval_id=request.id, decision="approve",
                              expected_args_hash=request.approved_args_hash)
     # Replaying an approval against arguments it was not given for: the ledger refuses to call.
     ApprovalRequest.objects.filter(id=request.id).update(approved_arguments={**request.arguments,
                                                                              "amount_cents": 99999})
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     refund = ToolCall.objects.get(run=run, qualified_name="orders.refund_order")
     assert refund.state == "rejected" and "does not match" in refund.reason
     assert desk.refunds() == {}
@@ -171,9 +172,9 @@ def test_edited_arguments_are_checked_against_the_schema_and_an_old_decision_is_
 def test_an_approved_edit_runs_with_the_edited_arguments(desk, org):
     crew = desk.refund_desk()
     run, request = held_run(desk, crew)
-    services.decide_approval(actor=member_actor(add_member(org, "approver")), approval_id=request.id,
+    decisions.decide_approval(actor=member_actor(add_member(org, "approver")), approval_id=request.id,
                              decision="approve", arguments={**request.arguments, "amount_cents": 250})
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "succeeded", run.error
     assert desk.refunds()["refund-A-1001"]["amount_cents"] == 250
 
@@ -187,16 +188,16 @@ def test_separation_of_duties_for_dangerous_tools_and_no_standing_approval(desk,
     run, request = held_run(desk, crew, actor=admin)
     assert request.risk == "dangerous" and request.requested_by_user_id == admin.user_id
     with pytest.raises(PermissionDenied, match="someone else"):
-        services.decide_approval(actor=admin, approval_id=request.id, decision="approve")
+        decisions.decide_approval(actor=admin, approval_id=request.id, decision="approve")
     approver = member_actor(add_member(org, "approver"))
     with pytest.raises(ValidationFailed):
-        services.decide_approval(actor=approver, approval_id=request.id, decision="approve",
+        decisions.decide_approval(actor=approver, approval_id=request.id, decision="approve",
                                  standing={"scope": "run"})
     viewer = member_actor(add_member(org, "viewer"))
     with pytest.raises(PermissionDenied):
-        services.decide_approval(actor=viewer, approval_id=request.id, decision="approve")
-    services.decide_approval(actor=approver, approval_id=request.id, decision="approve")
-    assert services.drive_run(run_id=run.id).status == "succeeded"
+        decisions.decide_approval(actor=viewer, approval_id=request.id, decision="approve")
+    decisions.decide_approval(actor=approver, approval_id=request.id, decision="approve")
+    assert run_worker.drive_run(run_id=run.id).status == "succeeded"
     assert StandingApproval.objects.count() == 0
 
 
@@ -206,17 +207,17 @@ def test_m_of_n_each_person_once_and_any_rejection_rejects(desk, org):
     run, request = held_run(desk, crew)
     assert request.required_approvals == 2
     one, two, three = (member_actor(add_member(org, "approver")) for _ in range(3))
-    services.decide_approval(actor=one, approval_id=request.id, decision="approve")
+    decisions.decide_approval(actor=one, approval_id=request.id, decision="approve")
     with pytest.raises(Conflict, match="already voted"):
-        services.decide_approval(actor=one, approval_id=request.id, decision="approve")
+        decisions.decide_approval(actor=one, approval_id=request.id, decision="approve")
     request.refresh_from_db()
     assert request.status == "pending"
-    services.decide_approval(actor=two, approval_id=request.id, decision="reject", comment="too much")
+    decisions.decide_approval(actor=two, approval_id=request.id, decision="reject", comment="too much")
     request.refresh_from_db()
     assert request.status == "rejected" and request.decided_by_label == two.label
     with pytest.raises(Conflict):
-        services.decide_approval(actor=three, approval_id=request.id, decision="approve")
-    run = services.drive_run(run_id=run.id)
+        decisions.decide_approval(actor=three, approval_id=request.id, decision="approve")
+    run = run_worker.drive_run(run_id=run.id)
     refund = ToolCall.objects.get(run=run, qualified_name="orders.refund_order")
     assert refund.state == "rejected" and "too much" in refund.reason
     assert desk.refunds() == {}
@@ -227,12 +228,12 @@ def test_two_of_two_votes_are_counted_chained_in_the_audit_and_the_run_resumes_o
     crew = desk.refund_desk(approvals_required=2)
     run, request = held_run(desk, crew)
     one, two = (member_actor(add_member(org, "approver")) for _ in range(2))
-    services.decide_approval(actor=one, approval_id=request.id, decision="approve", comment="fine by me")
+    decisions.decide_approval(actor=one, approval_id=request.id, decision="approve", comment="fine by me")
     run.refresh_from_db()
     assert run.status == "waiting"
     voted = RunEvent.objects.get(run=run, type="approval.voted")
     assert (voted.data["votes"], voted.data["required"], voted.data["by"]) == (1, 2, one.label)
-    services.decide_approval(actor=two, approval_id=request.id, decision="approve")
+    decisions.decide_approval(actor=two, approval_id=request.id, decision="approve")
     run.refresh_from_db()
     assert run.status == "queued"
     votes = AuditEvent.objects.filter(org_id=org.id, action="approval.approve", target_id=str(request.id))
@@ -277,7 +278,7 @@ def test_a_worker_keeps_its_connection_between_tasks_and_replaces_one_the_databa
         time.sleep(0.5)  # the task has ended
         assert others() >= 1  # the worker's connection outlived its task (and is dropped now)
         request = ApprovalRequest.objects.get(run_id=run.id, status="pending")
-        services.decide_approval(actor=member_actor(add_member(org, "approver")), approval_id=request.id,
+        decisions.decide_approval(actor=member_actor(add_member(org, "approver")), approval_id=request.id,
                                  decision="approve")
         wait(id=run.id, status__in=["succeeded", "failed"])
     run.refresh_from_db()
@@ -299,8 +300,8 @@ def test_a_standing_approval_for_the_rest_of_the_run_covers_only_that_run(desk, 
     _agent, crew = two_refunds(desk)
     run, request = held_run(desk, crew)
     approver = member_actor(add_member(org, "approver"))
-    services.decide_approval(actor=approver, approval_id=request.id, decision="approve", standing={"scope": "run"})
-    run = services.drive_run(run_id=run.id)
+    decisions.decide_approval(actor=approver, approval_id=request.id, decision="approve", standing={"scope": "run"})
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "succeeded", run.error
     assert sorted(desk.refunds()) == ["refund-A-1001", "refund-again-A-1001"]
     again = ToolCall.objects.get(run=run, arguments__request_id="refund-again-A-1001")
@@ -318,10 +319,10 @@ def test_an_agent_tool_standing_approval_matches_its_condition_agent_tool_and_ti
     _run, request = held_run(desk, crew)
     approver = member_actor(add_member(org, "approver"))
     with pytest.raises(ValidationFailed) as bad:
-        services.decide_approval(actor=approver, approval_id=request.id, decision="approve",
+        decisions.decide_approval(actor=approver, approval_id=request.id, decision="approve",
                                  standing={"scope": "agent_tool", "condition": "amount_cents <=", "hours": 1})
     assert "standing.condition" in bad.value.errors
-    services.decide_approval(actor=approver, approval_id=request.id, decision="approve",
+    decisions.decide_approval(actor=approver, approval_id=request.id, decision="approve",
                              standing={"scope": "agent_tool", "condition": "amount_cents <= 1000", "hours": 2})
     grant = StandingApproval.objects.get()
     tool = Tool.objects.get(qualified_name="orders.refund_order")
@@ -339,7 +340,7 @@ def test_an_agent_tool_standing_approval_matches_its_condition_agent_tool_and_ti
     assert match(agent_id=other_agent.id) is None
     assert match(risk="dangerous") is None
     # Through the engine: a new run's small refund runs without asking and counts a hit.
-    small = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, enqueue=False,
+    small = run_worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, enqueue=False,
                                                          inputs={"order_id": "A-1002", "amount_cents": 5}).id)
     assert small.status == "succeeded", small.error
     grant.refresh_from_db()
@@ -363,7 +364,7 @@ def test_expiry_by_beat_rejects_and_the_run_continues_with_that_outcome(desk, or
     assert request.status == "expired"
     run.refresh_from_db()
     assert run.status == "queued"
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     refund = ToolCall.objects.get(run=run, qualified_name="orders.refund_order")
     assert refund.state == "expired" and "expired" in refund.reason
     assert run.status in ("succeeded", "failed") and desk.refunds() == {}

@@ -13,8 +13,8 @@ from django.conf import settings
 from django.db import transaction
 from django.test import override_settings
 
-from apps.runs import services
-from apps.runs.events import append_event
+from apps.runs import decisions, services, worker
+from apps.runs.ledger import append_event
 from config.asgi import application
 from tests.approvals.test_decisions import A1001
 from tests.processes import run_async
@@ -56,7 +56,7 @@ async def frames_until(comm, done, timeout=60.0) -> list[str]:
 @pytest.fixture
 def waiting_run(desk):
     crew = desk.refund_desk()
-    return services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+    return worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                         enqueue=False).id)
 
 
@@ -166,7 +166,7 @@ def test_a_decision_by_someone_else_replaces_the_item_in_every_open_inbox(layer,
         assert (await comm.connect())[0]
         first = await comm.receive_from(timeout=10)  # the pending items as they stand
         await asyncio.sleep(0.3)
-        await asyncio.to_thread(lambda: services.decide_approval(actor=member_actor(admin), approval_id=request.id,
+        await asyncio.to_thread(lambda: decisions.decide_approval(actor=member_actor(admin), approval_id=request.id,
                                                                  decision="reject", comment="not this one"))
         frames = await frames_until(comm, lambda f: any(card in x and "Rejected" in x for x in f), timeout=30)
         await comm.disconnect()
@@ -190,7 +190,7 @@ def test_the_run_list_hears_status_changes_of_the_runs_it_shows(layer, desk, org
         assert (await comm.connect())[0]
         first = await comm.receive_from(timeout=10)
         await asyncio.sleep(0.3)
-        await asyncio.to_thread(lambda: (services.drive_run(run_id=other.id), services.drive_run(run_id=run.id)))
+        await asyncio.to_thread(lambda: (worker.drive_run(run_id=other.id), worker.drive_run(run_id=run.id)))
         frames = await frames_until(comm, lambda f: any('data-status="waiting"' in x for x in f), timeout=30)
         await comm.disconnect()
         return first, frames

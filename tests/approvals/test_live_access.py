@@ -6,7 +6,7 @@ import pytest
 
 from apps.accounts import services as accounts
 from apps.accounts.actors import member_actor
-from apps.runs import services
+from apps.runs import services, worker
 from tests.approvals.test_decisions import A1001
 from tests.factories import add_member
 from tests.processes import run_async
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def test_a_removed_members_run_page_socket_closes(desk, owner, live_url):
     crew = desk.refund_desk()
-    run = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+    run = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                        enqueue=False).id)
     member = add_member(owner.org, "approver")
     _, cookie = session_of(member)

@@ -23,7 +23,8 @@ from apps.notifications import services as notifications
 from apps.notifications import tasks
 from apps.notifications.models import WebhookDelivery
 from apps.registry.models import Tool
-from apps.runs import services
+from apps.runs import decisions, services
+from apps.runs import worker as run_worker
 from tests.approvals.test_decisions import A1001
 from tests.factories import add_member
 
@@ -87,7 +88,7 @@ def test_a_held_call_and_its_decision_reach_a_webhook_signed_with_retries_from_t
                                                 events=["approval.requested", "approval.decided", "run.finished"])
     receiver.statuses = [500]  # the first attempt fails
     crew = desk.refund_desk()
-    run = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+    run = run_worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                        enqueue=False).id)
     delivery = WebhookDelivery.objects.get(webhook=hook, notification__event="approval.requested")
     wait_for(lambda: WebhookDelivery.objects.filter(id=delivery.id, attempts=1, response_status=500).exists())
@@ -107,7 +108,7 @@ def test_a_held_call_and_its_decision_reach_a_webhook_signed_with_retries_from_t
 
     request = ApprovalRequest.objects.get(run_id=run.id)
     approver = member_actor(add_member(org, "approver"))
-    services.decide_approval(actor=approver, approval_id=request.id, decision="approve")
+    decisions.decide_approval(actor=approver, approval_id=request.id, decision="approve")
     wait_for(lambda: WebhookDelivery.objects.filter(webhook=hook, notification__event="run.finished",
                                                     status="delivered").exists())
     seen = {verified(secret, hit)["event"]: verified(secret, hit)["data"] for hit in receiver.received}
@@ -134,7 +135,7 @@ def test_webhook_urls_go_through_the_egress_guard(owner):
 def test_approvers_get_an_email_when_turned_on(desk, org, approver, viewer):
     notifications.set_email_events(actor=desk.actor, events=["approval.requested"])
     crew = desk.refund_desk()
-    services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False).id)
+    run_worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False).id)
     request = ApprovalRequest.objects.get()
     from apps.notifications.models import Notification
 

@@ -12,7 +12,7 @@ from apps.accounts.actors import member_actor
 from apps.approvals import standing
 from apps.approvals.models import ApprovalRequest
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
-from apps.runs import services
+from apps.runs import decisions, services, worker
 from tests.approvals.test_decisions import A1001, held_run
 from tests.factories import add_member, token_for
 
@@ -43,7 +43,7 @@ def test_a_token_and_the_same_persons_session_are_one_vote(desk, org):
     approver = add_member(org, "approver")
     assert vote(token_for(org, "approver", member=approver), request.id).status_code == 200
     with pytest.raises(Conflict, match="already voted"):
-        services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
+        decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
     request.refresh_from_db()
     assert request.status == "pending"
 
@@ -66,7 +66,7 @@ def test_an_actor_that_is_no_person_cannot_vote(desk, org):
 
     _, request = held_run(desk, desk.refund_desk())
     with pytest.raises(PermissionDenied, match="Only a member"):
-        services.decide_approval(actor=system_actor(org.id), approval_id=request.id, decision="approve")
+        decisions.decide_approval(actor=system_actor(org.id), approval_id=request.id, decision="approve")
 
 
 @pytest.mark.django_db
@@ -114,7 +114,7 @@ def test_with_separation_of_duties_the_starter_approves_on_no_path(desk, org):
     _, request = held_run(desk, crew, actor=member_actor(starter))
     assert request.separation_of_duties
     with pytest.raises(PermissionDenied, match="separates duties"):
-        services.decide_approval(actor=member_actor(starter), approval_id=request.id, decision="approve")
+        decisions.decide_approval(actor=member_actor(starter), approval_id=request.id, decision="approve")
     answer = vote(token_for(org, "admin", member=starter), request.id)
     assert answer.status_code == 403 and "separates duties" in answer.json()["detail"]
     browser = Client()
@@ -132,7 +132,7 @@ def test_without_separation_of_duties_the_starter_may_approve_a_write(desk, org)
     starter = member_actor(add_member(org, "admin"))
     _, request = held_run(desk, desk.refund_desk(), actor=starter)
     assert not request.separation_of_duties
-    assert services.decide_approval(actor=starter, approval_id=request.id, decision="approve").status == "approved"
+    assert decisions.decide_approval(actor=starter, approval_id=request.id, decision="approve").status == "approved"
 
 
 @pytest.mark.django_db
@@ -141,10 +141,10 @@ def test_no_standing_approval_from_or_for_a_call_that_needs_several_people(desk,
     _, request = held_run(desk, crew)
     one = member_actor(add_member(org, "approver"))
     with pytest.raises(ValidationFailed, match="2 people"):
-        services.decide_approval(actor=one, approval_id=request.id, decision="approve", standing={"scope": "run"})
+        decisions.decide_approval(actor=one, approval_id=request.id, decision="approve", standing={"scope": "run"})
     single = desk.refund_desk(name="Single desk")
     _, lone = held_run(desk, single)
-    services.decide_approval(actor=one, approval_id=lone.id, decision="approve",
+    decisions.decide_approval(actor=one, approval_id=lone.id, decision="approve",
                              standing={"scope": "agent_tool", "hours": 2})
     covered = dict(org_id=org.id, run_id=None, agent_id=lone.agent_id, tool_id=lone.tool_id, risk="write",
                    arguments=A1001)
@@ -158,12 +158,12 @@ def test_a_starters_own_standing_approval_does_not_cover_their_run_when_duties_a
     approver = member_actor(add_member(org, "admin"))
     first = desk.refund_desk(name="Desk")
     _, request = held_run(desk, first)
-    services.decide_approval(actor=approver, approval_id=request.id, decision="approve",
+    decisions.decide_approval(actor=approver, approval_id=request.id, decision="approve",
                              standing={"scope": "agent_tool", "hours": 2})
     from apps.crews import services as crews
 
     crews.update_crew(actor=desk.actor, crew_id=first.id, separation_of_duties=True)
     run = services.start_run(actor=approver, crew_id=first.id, inputs=A1001, enqueue=False)
-    run = services.drive_run(run_id=run.id)
+    run = worker.drive_run(run_id=run.id)
     assert run.status == "waiting"  # held again: the starter's standing approval is not someone else's
     assert ApprovalRequest.objects.filter(run_id=run.id, status="pending").exists()

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from apps.approvals.models import ApprovalRequest, ApprovalVote
-from apps.runs import services
+from apps.runs import services, worker
 from apps.web.views import triage_pages
 from tests.conftest import signed_in
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.django_db
 def _held(desk, crew, order_id, *, minutes_ago=0):
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": order_id, "amount_cents": 500},
                              enqueue=False)
-    services.drive_run(run_id=run.id)
+    worker.drive_run(run_id=run.id)
     request = ApprovalRequest.objects.get(run_id=run.id, status="pending")
     if minutes_ago:
         when = timezone.now() - timedelta(minutes=minutes_ago)
@@ -87,7 +87,7 @@ def test_several_items_are_decided_together_each_as_its_own_decision(client, des
     assert b.status == "pending" and ApprovalVote.objects.filter(request=b, decision="approve").count() == 1  # 1 of 2
     assert own.status == "pending" and not ApprovalVote.objects.filter(request=own).exists()
     assert "Approved 2 items" in text and "Not decided: orders.refund_order by Separated desk refunds" in text
-    assert services.drive_run(run_id=a.run_id).status == "succeeded"  # approved items resume like single ones
+    assert worker.drive_run(run_id=a.run_id).status == "succeeded"  # approved items resume like single ones
 
     stale = client.post("/inbox/batch/", {"decision": "reject", "ids": [f"{b.id}:{'0' * 64}"]}, follow=True)
     b.refresh_from_db()

@@ -16,7 +16,7 @@ from apps.approvals.models import ApprovalRequest
 from apps.notifications import services as notifications
 from apps.notifications import tasks
 from apps.notifications.models import ApprovalLink, Notification
-from apps.runs import services
+from apps.runs import decisions, services, worker
 from apps.runs.models import RunEvent, ToolCall
 from tests.approvals.test_decisions import A1001, finish
 from tests.factories import add_member
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.django_db  # nothing commits, so no session worker send
 def held_and_mailed(desk, crew, smtp, actor=None):
     """A run held on its refund, and the approval email sent through the SMTP server."""
     notifications.set_email_events(actor=desk.actor, events=["approval.requested"])
-    run = services.drive_run(run_id=services.start_run(actor=actor or desk.actor, crew_id=crew.id, inputs=A1001,
+    run = worker.drive_run(run_id=services.start_run(actor=actor or desk.actor, crew_id=crew.id, inputs=A1001,
                                                        enqueue=False).id)
     assert run.status == "waiting", run.error
     note = Notification.objects.get(event="approval.requested")
@@ -104,7 +104,7 @@ def test_two_of_two_counts_an_email_vote_and_an_inbox_vote_as_two_people_and_one
     browser.post(f"/inbox/{request.id}/decide/", {"decision": "approve", "args_hash": request.args_hash})
     request.refresh_from_db()
     assert request.status == "pending" and request.votes.count() == 1
-    services.decide_approval(actor=member_actor(second), approval_id=request.id, decision="approve")
+    decisions.decide_approval(actor=member_actor(second), approval_id=request.id, decision="approve")
     request.refresh_from_db()
     assert request.status == "approved" and request.votes.count() == 2
     finish(run.id)

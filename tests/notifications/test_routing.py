@@ -15,7 +15,7 @@ from apps.core.errors import ValidationFailed
 from apps.notifications import routing, tasks
 from apps.notifications import services as notifications
 from apps.notifications.models import ApprovalLink, Notification
-from apps.runs import services
+from apps.runs import services, worker
 from tests.approvals.test_decisions import A1001
 from tests.factories import add_member
 from tests.notifications.conftest import links
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.django_db
 
 
 def held(desk, crew):
-    run = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+    run = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                        enqueue=False).id)
     return ApprovalRequest.objects.get(run_id=run.id)
 

@@ -17,7 +17,7 @@ from apps.core.egress import EgressRefused
 from apps.core.errors import ValidationFailed
 from apps.notifications import slack, tasks
 from apps.notifications.models import SlackConnection, SlackPost
-from apps.runs import services
+from apps.runs import decisions, services, worker
 from apps.runs.models import ToolCall
 from tests.approvals.test_decisions import A1001, finish
 from tests.factories import add_member
@@ -43,7 +43,7 @@ def connection(desk, fake):
 
 
 def held(desk, crew, actor=None):
-    run = services.drive_run(run_id=services.start_run(actor=actor or desk.actor, crew_id=crew.id, inputs=A1001,
+    run = worker.drive_run(run_id=services.start_run(actor=actor or desk.actor, crew_id=crew.id, inputs=A1001,
                                                        enqueue=False).id)
     request = ApprovalRequest.objects.get(run_id=run.id)
     assert tasks.post_to_slack.apply(args=[str(request.org_id), str(request.id)]).get() is True
@@ -143,7 +143,7 @@ def test_two_of_two_counts_people_across_slack_and_the_inbox_and_the_starter_is_
     assert request.status == "pending" and request.votes.count() == 1
     assert tasks.update_slack.apply(args=[str(org.id), str(request.id)]).get() is False  # still open
     # The second approval in the inbox decides it; the Slack message is updated all the same.
-    services.decide_approval(actor=member_actor(second), approval_id=request.id, decision="approve")
+    decisions.decide_approval(actor=member_actor(second), approval_id=request.id, decision="approve")
     assert tasks.update_slack.apply(args=[str(org.id), str(request.id)]).get() is True
     assert f"approved by {second.user.email} at" in fake.called("chat.update")[0]["text"]
     finish(run.id)
@@ -175,7 +175,7 @@ def test_the_crews_channel_wins_over_the_risks_and_the_api_host_passes_the_egres
     slack.connect(actor=desk.actor, bot_token=TOKEN, signing_secret=SECRET, channel="approvals",
                   risk_channels={"write": "C-REFUNDS"}, crew_channels={str(crew.id): "C-CREW"})
     with override_settings(AIRLOCK_EGRESS_ALLOW_PRIVATE=False, AIRLOCK_EGRESS_ALLOW=""):
-        run = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+        run = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                            enqueue=False).id)
         request = ApprovalRequest.objects.get(run_id=run.id)
         with pytest.raises(EgressRefused):

@@ -28,7 +28,7 @@ from apps.agents import services as agent_services
 from apps.crews import services as crew_services
 from apps.registry import services as registry_services
 from apps.registry.pool import pool
-from apps.runs import services
+from apps.runs import decisions, services
 from apps.runs.models import CallState, Run, RunEvent, ToolCall
 from tests.processes import ROOT, child_env, free_port, wait_for_port, wait_for_text
 
@@ -320,6 +320,6 @@ def settle(run_id, desk: SlowDesk, tag: str, timeout: float = 90) -> Run:
         assert unknown, "a run that waits without a held call waits for an unknown one"
         for row in unknown:  # a slow refund happened if the desk has it; a lookup changed nothing
             happened = row.qualified_name != SLOW or desk.executed(tag)[row.arguments["request_id"]] > 0
-            services.resolve_unknown_call(actor=desk.actor, tool_call_id=row.id,
+            decisions.resolve_unknown_call(actor=desk.actor, tool_call_id=row.id,
                                           outcome="succeeded" if happened else "failed")
         wait_until(lambda: Run.objects.get(id=run_id).status != "waiting", 10, "the run to resume")

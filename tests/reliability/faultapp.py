@@ -31,10 +31,10 @@ def _install_poison(**_):
     poison, once = os.environ.get("FAULTS_POISON_FILE"), os.environ.get("FAULTS_KILL_ONCE_FILE")
     if not poison and not once:
         return
-    from apps.runs import services
+    from apps.runs import worker
     from apps.runs.engine import loop
 
-    real_advance, real_step, steps = services.advance, loop.step, Counter()
+    real_advance, real_step, steps = worker.advance, loop.step, Counter()
 
     def advance(store, *args, **kwargs):
         if poison and os.path.exists(poison) and store.run_id in Path(poison).read_text().split():
@@ -52,7 +52,7 @@ def _install_poison(**_):
             os.kill(os.getpid(), signal.SIGKILL)
         return real_step(store, *args, **kwargs)
 
-    services.advance, loop.step = advance, step
+    worker.advance, loop.step = advance, step
 
 
 def _take_off(listed: Path, line: str) -> bool:

@@ -20,7 +20,7 @@ import pytest
 from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
 from apps.crews import services as crew_services
-from apps.runs import services
+from apps.runs import decisions, services
 from apps.runs.models import CallState, Run, RunEvent, ToolCall
 from tests.reliability.conftest import (
     SLOW,
@@ -157,7 +157,7 @@ def test_a_worker_killed_right_after_a_decision_is_taken_over_within_seconds(clu
     run = wait_status(run.id, {"waiting"})
     request = ToolCall.objects.get(run=run, state=CallState.HELD).approval
     kill_file.write_text(f"{run.id} 1\n")  # the resuming worker dies right after its claim
-    services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
+    decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
     report("right after a decision", recovered_after(run.id, killed_once(kill_file)))
 
     run = settle(run.id, slow_desk, "decided")

@@ -12,6 +12,7 @@ from django.db import connection
 from apps.costs.models import UsageRecord
 from apps.registry.pool import PendingCall, Pool
 from apps.runs import services
+from apps.runs import worker as run_worker
 from apps.runs.models import Run, RunEvent, RunStep, ToolCall
 from tests.runs.conftest import LOOK_UP
 
@@ -52,7 +53,7 @@ def test_a_worker_whose_call_was_taken_over_commits_nothing_of_its_next_step(des
     (LeaseLost), not record a result over `unknown` and carry on with the next model call."""
     _taken_over_during_calls(monkeypatch)
     run = services.start_run(actor=desk.actor, crew_id=_looker(desk, "Taken over").id, inputs=A1001, enqueue=False)
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
 
     assert run.status == "running" and not run.error  # the run is the other worker's to finish
     row = ToolCall.objects.get(run=run)
@@ -78,7 +79,7 @@ def test_a_read_sent_with_a_batch_that_fails_leaves_no_trace(desk, monkeypatch):
                        [{"tool": "orders.get_order_status", "policy": "auto"}])
     crew = desk.sequential("Two reads", [("look", agent, "Look up order {order_id}.", [])])
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False)
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
 
     assert started in (["get_order_status"], ["get_order_status", "get_order_status"])
     assert run.status == "running" and not run.error  # the run is the other worker's to finish
@@ -105,7 +106,7 @@ def test_a_write_leaves_only_once_its_dispatched_is_committed(desk, monkeypatch)
     monkeypatch.setattr(Pool, "start_call", start_call)
     run = services.start_run(actor=desk.actor, crew_id=desk.refund_desk(refund_policy="auto").id, inputs=A1001,
                              enqueue=False)
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
 
     assert run.status == "succeeded", run.error
     assert [s for s in seen if s[0] == "refund_order"] == [("refund_order", False, "dispatched")]

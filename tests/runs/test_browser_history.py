@@ -21,7 +21,7 @@ from apps.agents import services as agent_services
 from apps.costs import services as costs
 from apps.registry import services as registry_services
 from apps.registry.pool import pool
-from apps.runs import services
+from apps.runs import services, worker
 from tests.browser.test_foundation import sign_in
 from tests.runs.conftest import LOOK_UP, ROOT, Desk
 
@@ -64,7 +64,7 @@ def two_crews_with_runs(owner, data: Path):
 
 def drive(desk, crew, inputs):
     started = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=inputs, enqueue=False)
-    return services.drive_run(run_id=started.id)
+    return worker.drive_run(run_id=started.id)
 
 
 def test_a_member_filters_runs_reads_a_cost_and_sees_the_spend_chart(page: Page, live_url, owner, tmp_path):

@@ -24,7 +24,7 @@ from apps.approvals.models import ApprovalRequest
 from apps.costs import services as costs
 from apps.registry import services as registry_services
 from apps.registry.pool import pool
-from apps.runs import services
+from apps.runs import services, worker
 from apps.runs.models import Run
 from tests.browser.test_foundation import sign_in
 from tests.processes import web_server
@@ -83,7 +83,7 @@ def refund_run(owner, data):
 
 def drive(run_id):
     try:
-        return services.drive_run(run_id=run_id)
+        return worker.drive_run(run_id=run_id)
     finally:
         pool.close_all()
 

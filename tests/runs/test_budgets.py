@@ -16,7 +16,7 @@ from apps.audit.models import AuditEvent
 from apps.core.errors import ValidationFailed
 from apps.costs import services as costs
 from apps.costs.models import BudgetAlert, UsageRecord
-from apps.runs import services
+from apps.runs import services, worker
 from apps.runs.models import RunEvent
 
 pytestmark = pytest.mark.django_db
@@ -40,7 +40,7 @@ def looper(desk, name: str):
 
 def run_to_end(desk, crew):
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False)
-    return services.drive_run(run_id=run.id)
+    return worker.drive_run(run_id=run.id)
 
 
 def test_an_agent_budget_stops_the_run_at_the_first_call_after_it_is_used_up(desk, actor):

@@ -16,6 +16,7 @@ from apps.registry import services as registry_services
 from apps.registry.models import Tool
 from apps.registry.pool import PendingCall
 from apps.runs import services
+from apps.runs import worker as run_worker
 from apps.runs.models import Run, RunStep, ToolCall
 from apps.runs.store.notices import REGISTRY_CHANNEL, ChangeNotices, Changes
 from apps.runs.store.reads import live_tool_read, run_read
@@ -76,7 +77,7 @@ def test_a_cancel_during_a_tool_call_stops_the_run_before_its_next_model_call(de
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
                              enqueue=False)
     during_first_tool_call(monkeypatch, lambda: services.cancel_run(actor=desk.actor, run_id=run.id))
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "cancelled" and run.cancel_requested
     assert ToolCall.objects.filter(run=run).count() == 1  # the call in flight finished; no other was made
     assert RunStep.objects.filter(run=run, kind="llm").count() == 1  # and the model was not asked again
@@ -86,15 +87,15 @@ def test_a_cancel_committed_just_after_the_claim_stops_the_run_at_its_first_step
     crew = crew_of(desk, lookups("A-1001", "A-1002"))
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
                              enqueue=False)
-    advance = services._advance_claimed
+    advance = run_worker.advance  # the engine's entry point, handed the claimed run's store
 
     def claimed_then_cancelled(*args, **kwargs):  # the claim and its LISTEN committed, no step made yet
         in_another_connection(lambda: services.cancel_run(actor=desk.actor, run_id=run.id))
         time.sleep(0.2)  # its notice is on this connection's socket before the first step looks
         return advance(*args, **kwargs)
 
-    monkeypatch.setattr(services, "_advance_claimed", claimed_then_cancelled)
-    run = services.drive_run(run_id=run.id)
+    monkeypatch.setattr(run_worker, "advance", claimed_then_cancelled)
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "cancelled"
     assert not RunStep.objects.filter(run=run).exists()  # stopped at the first boundary: no turn, no model call
 
@@ -106,7 +107,7 @@ def test_a_tool_quarantined_during_a_run_is_refused_at_its_next_call(desk, monke
     tool = Tool.objects.get(org_id=desk.actor.org_id, qualified_name="orders.get_order_status")
     during_first_tool_call(monkeypatch, lambda: registry_services.update_tool(actor=desk.actor, tool_id=tool.id,
                                                                               state="quarantined"))
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     first, second = ToolCall.objects.filter(run=run).order_by("created_at")
     assert first.state == "succeeded"
     assert second.state == "denied" and second.dispatched_at is None and "quarantined" in second.reason
@@ -117,7 +118,7 @@ def test_a_run_driven_in_a_worker_reads_its_row_at_the_claim_and_its_tool_once_n
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
                              enqueue=False)
     with CaptureQueriesContext(connection) as queries:
-        run = services.drive_run(run_id=run.id)
+        run = run_worker.drive_run(run_id=run.id)
     assert run.status == "succeeded" and ToolCall.objects.filter(run=run, state="succeeded").count() == 3
     def times(sql: str) -> int:  # the captured statements have their parameters filled in
         return sum(q["sql"].startswith(sql.split(" WHERE ")[0] + " WHERE ") for q in queries.captured_queries)
@@ -170,5 +171,5 @@ def test_with_notices_off_a_run_reads_its_row_every_step_and_still_stops_on_a_ca
                              enqueue=False)
     assert not ChangeNotices(run.id, run.org_id).listen()
     during_first_tool_call(monkeypatch, lambda: services.cancel_run(actor=desk.actor, run_id=run.id))
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "cancelled" and ToolCall.objects.filter(run=run).count() == 1

@@ -18,7 +18,8 @@ from apps.costs import services as costs
 from apps.costs.models import UsageRecord
 from apps.costs.pricing import price_call
 from apps.crews import services as crew_services
-from apps.runs import services
+from apps.runs import decisions, services
+from apps.runs import worker as run_worker
 from apps.runs.engine.results import injected_call_findings, scannable_text
 from apps.runs.models import Run, RunEvent, ToolCall
 from tests.agents.fake_llm import FakeLLM
@@ -31,7 +32,7 @@ A1001 = {"order_id": "A-1001", "amount_cents": 500}
 
 def start(desk, crew, inputs=None) -> Run:
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=inputs or A1001, enqueue=False)
-    return services.drive_run(run_id=run.id)
+    return run_worker.drive_run(run_id=run.id)
 
 
 def held(run) -> ApprovalRequest:
@@ -48,10 +49,10 @@ def test_a_sequential_crew_reads_holds_the_refund_and_refunds_exactly_once_after
     assert desk.refunds() == {}
     request = held(run)
     assert request.status == "pending" and "approve" in request.reason
-    services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve", comment="ok")
+    decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve", comment="ok")
     with pytest.raises(Conflict):
-        services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="reject")
-    run = services.drive_run(run_id=run.id)
+        decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="reject")
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "succeeded" and run.output.startswith("Refunded")
     assert list(desk.refunds()) == ["refund-A-1001"]
     assert desk.store()["orders"]["A-1001"]["refunded_cents"] == 500
@@ -72,28 +73,28 @@ def test_a_sequential_crew_reads_holds_the_refund_and_refunds_exactly_once_after
         *read, *read, "tool.requested", "tool.decided", "approval.requested", "approval.decided", "approval.applied",
         "tool.dispatched", "tool.completed"]
     # resuming the finished run again does nothing
-    assert services.advance_run(run_id=run.id) == "skipped"
+    assert run_worker.advance_run(run_id=run.id) == "skipped"
 
 
 def test_edited_arguments_are_checked_against_the_schema_and_exactly_those_run(desk, approver):
     run = start(desk, desk.refund_desk())
     request = held(run)
     with pytest.raises(ValidationFailed) as bad:
-        services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve",
+        decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve",
                                  arguments={**request.arguments, "amount_cents": "lots"})
     assert "arguments.amount_cents" in bad.value.errors
-    services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve",
+    decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve",
                              arguments={**request.arguments, "amount_cents": 300})
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "succeeded"
     assert desk.refunds()["refund-A-1001"]["amount_cents"] == 300
 
 
 def test_a_rejected_refund_never_runs_and_the_model_reads_the_reviewers_comment(desk, approver):
     run = start(desk, desk.refund_desk())
-    services.decide_approval(actor=member_actor(approver), approval_id=held(run).id, decision="reject",
+    decisions.decide_approval(actor=member_actor(approver), approval_id=held(run).id, decision="reject",
                              comment="customer already got a voucher")
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "succeeded"
     assert desk.refunds() == {}
     row = ToolCall.objects.get(run=run, qualified_name="orders.refund_order")
@@ -148,26 +149,26 @@ def test_obey_following_an_injected_call_line_to_a_write_is_held_and_never_execu
     assert request.arguments["request_id"] == "evil" and request.rule == "tainted"
     assert RunEvent.objects.filter(run=run, type="tool.finding").exists()
     assert desk.refunds() == {}
-    services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="reject")
-    run = services.drive_run(run_id=run.id)
+    decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="reject")
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "succeeded" and desk.refunds() == {}
 
 
 def test_a_crash_between_dispatch_and_result_leaves_unknown_and_never_calls_again(desk, approver):
     run = start(desk, desk.refund_desk())
     request = held(run)
-    services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
+    decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
     # What a worker killed right after committing `dispatched` leaves behind (the request never left):
     row = ToolCall.objects.get(id=request.tool_call_id)
     ToolCall.objects.filter(id=row.id).update(state="dispatched", approved_arguments=row.arguments,
                                               dispatched_at=timezone.now())
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     row.refresh_from_db()
     assert row.state == "unknown" and run.status == "waiting"
     assert desk.refunds() == {}  # not sent a second time by itself
-    services.resolve_unknown_call(actor=member_actor(approver), tool_call_id=row.id, outcome="failed",
+    decisions.resolve_unknown_call(actor=member_actor(approver), tool_call_id=row.id, outcome="failed",
                                   note="checked the desk: no refund was made")
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "succeeded" and desk.refunds() == {}
 
 
@@ -190,7 +191,7 @@ def test_every_limit_ends_the_run_with_a_clear_reason(desk, actor, limit):
     run = services.start_run(actor=actor, crew_id=crew.id, inputs=A1001, enqueue=False)
     if limit == "timeout":
         Run.objects.filter(id=run.id).update(started_at=timezone.now() - timedelta(minutes=5))
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     expected = {"hops": "Hop limit", "steps": "Step limit", "tool_calls": "Tool call limit", "repeat": "Loop",
                 "timeout": "Timeout", "tokens": "Token budget", "dollars": "Dollar budget"}[limit]
     assert run.status == ("timed_out" if limit == "timeout" else "limit_exceeded")
@@ -210,7 +211,7 @@ def test_cancel_stops_a_waiting_run_and_its_pending_approval_expires(desk, appro
     request.refresh_from_db()
     assert request.status == "expired"
     with pytest.raises(Conflict):
-        services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
+        decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
     assert desk.refunds() == {}
 
 
@@ -281,7 +282,7 @@ def test_the_prompt_size_the_budget_check_uses_is_the_history_s_json_length_as_i
     the count must stay exactly what dumping it would give."""
     from types import SimpleNamespace
 
-    from apps.runs.store import RunStore
+    from apps.runs.store.run_store import RunStore
 
     store, turn = RunStore.__new__(RunStore), SimpleNamespace(id="turn", messages=[])
     store._chars = {}

@@ -7,7 +7,7 @@ import io
 
 import pytest
 
-from apps.runs import services
+from apps.runs import services, worker
 from tests.runs.conftest import INPUTS
 
 FORMULAS = ["=HYPERLINK(\"http://evil.example\")", "+1+1", "-2+3", "@SUM(A1)", "\tTAB", "\rCR"]
@@ -24,7 +24,7 @@ def test_no_export_cell_starts_a_formula(client, desk, owner):
     crew = desk.sequential(FORMULAS[0], [("echo", agent, "Say it for {order_id}.", [])], inputs=INPUTS)
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": FORMULAS[1],
                                                                           "amount_cents": 1}, enqueue=False)
-    assert services.drive_run(run_id=run.id).status == "succeeded"
+    assert worker.drive_run(run_id=run.id).status == "succeeded"
     files = {name: exported(client, f"/{name}/export.csv") for name in ("runs", "costs", "audit")}
     for name, rows in files.items():
         for row in rows[1:]:

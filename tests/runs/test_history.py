@@ -15,7 +15,8 @@ from django.utils import timezone
 from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
 from apps.audit.models import AuditEvent
-from apps.runs import services
+from apps.runs import decisions as run_decisions
+from apps.runs import services, worker
 from apps.runs.models import RunEvent, ToolCall
 from tests.conftest import signed_in
 from tests.runs.conftest import LOOK_UP
@@ -27,7 +28,7 @@ A1001 = {"order_id": "A-1001", "amount_cents": 500}
 
 def start(actor, crew, inputs):
     run = services.start_run(actor=actor, crew_id=crew.id, inputs=inputs, enqueue=False)
-    return services.drive_run(run_id=run.id)
+    return worker.drive_run(run_id=run.id)
 
 
 def listed(client, query: str) -> set[str]:
@@ -75,8 +76,8 @@ def test_the_run_page_shows_timeline_spend_decisions_and_what_changed_since(clie
     crew = desk.refund_desk()
     run = start(desk.actor, crew, A1001)
     held = ToolCall.objects.get(run=run, state="held")
-    services.decide_approval(actor=member_actor(approver), approval_id=held.approval_id, decision="approve")
-    run = services.drive_run(run_id=run.id)
+    run_decisions.decide_approval(actor=member_actor(approver), approval_id=held.approval_id, decision="approve")
+    run = worker.drive_run(run_id=run.id)
     assert run.status == "succeeded"
     signed_in(client, approver)
 

@@ -10,7 +10,7 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.approvals.models import ApprovalRequest
-from apps.runs import services
+from apps.runs import decisions, services, worker
 from apps.runs.models import Run, RunEvent, ToolCall
 from tests.factories import token_for
 
@@ -29,7 +29,7 @@ def asking_crew(desk, *, policy="auto"):
 def start(desk, crew) -> Run:
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 5},
                              enqueue=False)
-    return services.drive_run(run_id=run.id)
+    return worker.drive_run(run_id=run.id)
 
 
 def api(org, role):
@@ -68,7 +68,7 @@ def test_a_question_parks_the_run_and_the_answer_returns_as_a_persons_words(desk
     again = api(org, "approver").post(f"/api/v1/approvals/{item['id']}/answer", {"answer": "full"},
                                       content_type="application/json")
     assert again.status_code == 409
-    run = services.drive_run(run_id=run.id)
+    run = worker.drive_run(run_id=run.id)
     assert run.status == "succeeded", run.error
     assert "half, please" in run.output and "Answer from a person" in run.output
     call = ToolCall.objects.get(run=run, qualified_name="human.ask")
@@ -85,8 +85,8 @@ def test_an_unanswered_question_expires_and_the_model_hears_it(desk):
     run = start(desk, asking_crew(desk))
     request = ApprovalRequest.objects.get(run_id=run.id, kind="question")
     ApprovalRequest.objects.filter(id=request.id).update(expires_at=timezone.now() - timedelta(seconds=1))
-    assert services.expire_due_approvals() == 1
-    run = services.drive_run(run_id=run.id)
+    assert decisions.expire_due_approvals() == 1
+    run = worker.drive_run(run_id=run.id)
     assert run.status == "succeeded", run.error
     assert "Nobody answered this question in time" in run.output
     assert ToolCall.objects.get(run=run, qualified_name="human.ask").state == "expired"

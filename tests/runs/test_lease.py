@@ -9,9 +9,10 @@ import pytest
 from django.utils import timezone
 
 from apps.runs import services
+from apps.runs import worker as run_worker
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.models import Run
-from apps.runs.store import RunStore
+from apps.runs.store.run_store import RunStore
 from tests.runs.conftest import LOOK_UP
 
 pytestmark = pytest.mark.django_db
@@ -33,12 +34,12 @@ def lost_run(desk) -> Run:
 
 def test_a_lost_run_is_swept_once_per_lease_and_the_next_worker_takes_it_over(desk):
     run = lost_run(desk)
-    assert services.sweep_stuck_runs() == 1
-    assert services.sweep_stuck_runs() == 0  # not enqueued again at every sweep while the queue is busy
+    assert run_worker.sweep_stuck_runs() == 1
+    assert run_worker.sweep_stuck_runs() == 0  # not enqueued again at every sweep while the queue is busy
     swept = Run.objects.get(id=run.id)
     assert swept.lease_owner == "swept" and swept.lease_expires_at > timezone.now()
 
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "succeeded", run.error
     assert run.deliveries == 1
     recovered = run.events.get(type="run.recovered")
@@ -48,7 +49,7 @@ def test_a_lost_run_is_swept_once_per_lease_and_the_next_worker_takes_it_over(de
 def test_the_lost_worker_can_no_longer_write_once_its_run_was_swept(desk):
     run = lost_run(desk)
     stale = RunStore(str(run.id), LOST)  # the worker comes back to life (a paused process, a partition)
-    services.sweep_stuck_runs()
+    run_worker.sweep_stuck_runs()
     with pytest.raises(LeaseLost):
         stale.renew_lease()
     with pytest.raises(LeaseLost):
@@ -61,7 +62,7 @@ def test_a_queued_run_whose_message_was_lost_is_enqueued_again_once_per_period(d
     run = lost_run(desk)
     Run.objects.filter(id=run.id).update(status="queued", lease_owner="", lease_expires_at=None,
                                          updated_at=timezone.now() - timedelta(seconds=61))
-    assert services.sweep_stuck_runs() == 1
-    assert services.sweep_stuck_runs() == 0  # not a message per sweep while it waits in a long queue
-    run = services.drive_run(run_id=run.id)
+    assert run_worker.sweep_stuck_runs() == 1
+    assert run_worker.sweep_stuck_runs() == 0  # not a message per sweep while it waits in a long queue
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "succeeded", run.error

@@ -14,7 +14,7 @@ from django.test import override_settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from apps.accounts.actors import member_actor
-from apps.runs import services
+from apps.runs import decisions, services, worker
 from apps.runs.models import ToolCall
 
 pytestmark = pytest.mark.django_db
@@ -39,7 +39,7 @@ def test_a_held_and_approved_run_shows_in_the_runs_approvals_steps_and_tool_call
     before = scrape(client)
     steps_before = sum(s.value for s in before["airlock_step_seconds"] if s.name == "airlock_step_seconds_count")
     run = services.start_run(actor=desk.actor, crew_id=desk.refund_desk().id, inputs=A1001, enqueue=False)
-    run = services.drive_run(run_id=run.id)
+    run = worker.drive_run(run_id=run.id)
     assert run.status == "waiting"
 
     held = scrape(client)
@@ -50,8 +50,8 @@ def test_a_held_and_approved_run_shows_in_the_runs_approvals_steps_and_tool_call
     assert value(held["airlock_step_seconds"], "airlock_step_seconds_count") > steps_before
 
     request = ToolCall.objects.get(run=run, state="held").approval
-    services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
-    services.drive_run(run_id=run.id)
+    decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
+    worker.drive_run(run_id=run.id)
 
     done = scrape(client)
     assert value(done["airlock_runs"], "airlock_runs", status="succeeded") == 1

@@ -8,7 +8,7 @@ import pytest
 from django.test import override_settings
 
 from apps.agents import services as agent_services
-from apps.runs import services
+from apps.runs import services, worker
 from apps.runs.models import RunEvent
 from tests.security.test_ssrf import Listener
 
@@ -36,7 +36,7 @@ def test_a_run_refuses_a_model_base_url_the_guard_blocks(desk, actor, listener, 
     with override_settings(AIRLOCK_EGRESS_ALLOW_PRIVATE=False):
         run = services.start_run(actor=actor, crew_id=crew.id, inputs={"order_id": "A-1003", "amount_cents": 1},
                                  enqueue=False)
-        run = services.drive_run(run_id=run.id)
+        run = worker.drive_run(run_id=run.id)
     assert run.status == "failed", run.status
     assert "blocked" in run.error and "AIRLOCK_EGRESS_ALLOW" in run.error, run.error
     assert not RunEvent.objects.filter(run=run, type="retry").exists()  # a refusal is not retried

@@ -15,7 +15,7 @@ from apps.agents import services as agent_services
 from apps.notifications.models import Notification
 from apps.registry import services as registry_services
 from apps.registry.pool import pool
-from apps.runs import services
+from apps.runs import services, worker
 from apps.runs.history import run_trace
 from apps.runs.models import Run, RunEvent, ToolCall
 from tests.agents.fake_llm import FakeLLM
@@ -69,7 +69,7 @@ def test_a_provider_401_that_quotes_the_key_leaves_it_nowhere(desk, actor, key, 
                                                       api_key=key)
         agent = agent_services.create_agent(actor=actor, name="Clerk", connection_id=connection.id, model="gpt-4o")
         crew = desk.sequential("Echo", [("look", agent, "Look at {order_id}.", [])])
-        run = services.drive_run(run_id=services.start_run(actor=actor, crew_id=crew.id, enqueue=False,
+        run = worker.drive_run(run_id=services.start_run(actor=actor, crew_id=crew.id, enqueue=False,
                                                            inputs={"order_id": "A-1", "amount_cents": 1}).id)
     assert len(fake.requests) == 2 and fake.requests[0]["headers"]["authorization"] == f"Bearer {key}"
     assert run.status == "failed"
@@ -85,7 +85,7 @@ def test_an_mcp_server_that_quotes_its_secret_in_errors_leaves_it_nowhere(desk, 
                                        {"say": "Done.\nSTATUS: done\nREASON: tried"}],
                        [{"tool": "echo.report", "policy": "auto"}, {"tool": "echo.sync", "policy": "auto"}])
     crew = desk.sequential("Echo tools", [("read", agent, "Read {order_id}.", [])])
-    run = services.drive_run(run_id=services.start_run(actor=actor, crew_id=crew.id, enqueue=False,
+    run = worker.drive_run(run_id=services.start_run(actor=actor, crew_id=crew.id, enqueue=False,
                                                        inputs={"order_id": "A-1", "amount_cents": 1}).id)
     calls = {c.qualified_name: c for c in ToolCall.objects.filter(run=run)}
     assert calls["echo.report"].state == "failed" and calls["echo.sync"].state == "failed"

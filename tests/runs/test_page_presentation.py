@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from apps.runs import services
+from apps.runs import services, worker
 from tests.conftest import signed_in
 
 A1001 = {"order_id": "A-1001", "amount_cents": 500}
@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 def _held_run(desk):
     crew = desk.refund_desk()
-    run = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+    run = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                        enqueue=False).id)
     return run, run.ledger.get(state="held").approval
 
@@ -39,7 +39,7 @@ def test_an_edited_approval_says_so_on_the_run_page_and_in_the_inbox(client, des
     card = decided.content.decode()
     assert 'data-testid="edited-arguments"' in card and "Approved with edited arguments" in card
     assert "-  &quot;amount_cents&quot;: 500," in card and "+  &quot;amount_cents&quot;: 300," in card
-    services.drive_run(run_id=run.id)
+    worker.drive_run(run_id=run.id)
     page = client.get(f"/runs/{run.id}/").content.decode()
     assert f"Arguments edited by {approver.user.email} before approval." in page
     proposed = page.split('data-testid="proposed-arguments">')[1].split("</pre>")[0]
@@ -52,7 +52,7 @@ def test_an_unedited_approval_shows_one_argument_block(client, desk, approver):
     run, approval = _held_run(desk)
     signed_in(client, approver)
     client.post(f"/inbox/{approval.id}/decide/", {"decision": "approve", "args_hash": approval.args_hash})
-    services.drive_run(run_id=run.id)
+    worker.drive_run(run_id=run.id)
     page = client.get(f"/runs/{run.id}/").content.decode()
     assert 'data-testid="edited-arguments"' not in page
     assert 'data-testid="edited-badge"' not in client.get("/inbox/").content.decode()
@@ -62,7 +62,7 @@ def test_the_final_answer_appears_once_and_the_heading_keeps_its_space(client, d
     run, approval = _held_run(desk)
     signed_in(client, approver)
     client.post(f"/inbox/{approval.id}/decide/", {"decision": "approve", "args_hash": approval.args_hash})
-    run = services.drive_run(run_id=run.id)
+    run = worker.drive_run(run_id=run.id)
     assert run.output
     page = client.get(f"/runs/{run.id}/").content.decode()
     shown = page.split("The snapshot this run used")[0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from channels.testing import WebsocketCommunicator
 
-from apps.runs import services
+from apps.runs import services, worker
 from apps.runs.models import Run
 from config.asgi import application
 from tests.conftest import signed_in
@@ -31,7 +31,7 @@ def test_a_builder_starts_a_run_from_the_crews_inputs_and_sees_field_errors(clie
 @pytest.mark.django_db
 def test_the_run_page_shows_the_step_tree_and_an_approver_decides_in_the_inbox(client, desk, approver, outsider):
     crew = desk.refund_desk()
-    run = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+    run = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                        enqueue=False).id)
     signed_in(client, approver)
     detail = client.get(f"/runs/{run.id}/").content.decode()
@@ -54,7 +54,7 @@ def test_the_run_page_shows_the_step_tree_and_an_approver_decides_in_the_inbox(c
 @pytest.mark.django_db(transaction=True)
 def test_the_run_socket_sends_the_page_and_refuses_outsiders(desk, builder, outsider):
     crew = desk.refund_desk()
-    run = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+    run = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                        enqueue=False).id)
 
     async def connect(user):

@@ -11,7 +11,7 @@ from apps.approvals.models import ApprovalRequest
 from apps.costs.models import UsageRecord
 from apps.crews import services as crew_services
 from apps.crews.models import Crew
-from apps.runs import services
+from apps.runs import decisions, services, worker
 from apps.runs.models import Run, RunStep, ToolCall
 from tests.factories import token_for
 
@@ -53,7 +53,7 @@ def test_an_agent_is_tried_on_its_own_under_its_policy_with_held_writes_held_and
     assert body["inputs"] == {"message": "Refund 5 euros on A-1001, please."}
     assert Crew.objects.filter(org=org).count() == crews_before  # no crew row was made for it
 
-    run = services.drive_run(run_id=body["id"])
+    run = worker.drive_run(run_id=body["id"])
     assert run.status == "waiting"  # the write is held for a person, as in any crew
     held = ToolCall.objects.get(run=run, state="held")
     assert desk.refunds() == {}
@@ -62,8 +62,8 @@ def test_an_agent_is_tried_on_its_own_under_its_policy_with_held_writes_held_and
     prompt = RunStep.objects.get(run=run, kind="agent").messages
     assert "Refund 5 euros on A-1001, please." in str(prompt)
 
-    services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
-    run = services.drive_run(run_id=run.id)
+    decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
+    run = worker.drive_run(run_id=run.id)
     assert run.status == "succeeded" and run.output == "Refunded."
     assert "try-A-1001" in str(desk.refunds())
     usage = UsageRecord.objects.filter(org=org, run_id=run.id)
@@ -83,7 +83,7 @@ def test_a_disabled_agent_cannot_be_tried_and_a_viewer_may_not_try_one(desk, cli
 def _finished_desk_run(desk):
     crew = desk.refund_desk(refund_policy="auto")
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False)
-    run = services.drive_run(run_id=run.id)
+    run = worker.drive_run(run_id=run.id)
     assert run.status == "succeeded"
     return crew, run
 
@@ -98,7 +98,7 @@ def test_a_rerun_takes_the_same_inputs_and_todays_config_and_links_to_its_parent
     assert answer.status_code == 201, answer.content
     body = answer.json()
     assert body["origin"] == "rerun" and body["parent_id"] == str(parent.id) and body["inputs"] == A1001
-    child = services.drive_run(run_id=body["id"])
+    child = worker.drive_run(run_id=body["id"])
     assert child.status == "succeeded"
     assert child.snapshot["agents"][triage["id"]]["version"] == triage["version"] + 1  # today's config
     parent.refresh_from_db()
@@ -127,7 +127,7 @@ def test_a_fork_runs_again_from_the_chosen_turn_with_an_edited_prompt_and_leaves
     body = answer.json()
     assert body["origin"] == "fork" and body["parent_id"] == str(parent.id)
     assert body["parent_step"] == refund_turn.position and body["inputs"] == {**A1001, "amount_cents": 650}
-    fork = services.drive_run(run_id=body["id"])
+    fork = worker.drive_run(run_id=body["id"])
     assert fork.status == "succeeded"
     turns = list(RunStep.objects.filter(run=fork, kind="agent").values_list("task", flat=True))
     assert turns == ["refund"]  # triage is not run again: its output is carried over
@@ -150,7 +150,7 @@ def test_a_supervisor_run_is_not_forked_from_a_step_but_can_be_rerun(desk, clien
     boss = desk.agent("Boss", [{"route": "Helper"}, {"route": "FINISH"}], [])
     crew = crew_services.create_crew(actor=desk.actor, name="Bossed", process="supervisor",
                                      supervisor_agent_id=boss.id, members=[member.id], inputs=[])
-    run = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, enqueue=False).id)
+    run = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, enqueue=False).id)
     assert run.is_finished
     turn = RunStep.objects.filter(run=run, kind="agent").first()
     answer = _api(client, org)("post", f"/runs/{run.id}/fork", {"step": turn.position})

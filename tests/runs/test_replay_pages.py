@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from apps.agents import services as agent_services
-from apps.runs import services
+from apps.runs import decisions, services, worker
 from apps.runs.models import Run, RunStep
 from tests.conftest import signed_in
 
@@ -25,7 +25,7 @@ def test_a_builder_tries_an_agent_from_its_page_and_lands_on_the_trial_run(clien
     started = client.post(f"/agents/{agent.id}/try/", {"message": "Say hello"})
     run = Run.objects.get(origin="trial")
     assert started.status_code == 302 and started["Location"] == f"/runs/{run.id}/"
-    services.drive_run(run_id=run.id)
+    worker.drive_run(run_id=run.id)
     detail = client.get(f"/runs/{run.id}/").content.decode()
     assert "An agent tried on its own, without a crew." in detail and "Hello there." in detail
     assert "no longer exists" not in detail
@@ -40,7 +40,7 @@ def test_a_builder_tries_an_agent_from_its_page_and_lands_on_the_trial_run(clien
 
 def test_a_finished_run_is_rerun_forked_and_compared_in_the_pages(client, desk, builder):
     crew = desk.refund_desk(refund_policy="auto")
-    parent = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+    parent = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                           enqueue=False).id)
     signed_in(client, builder)
     detail = client.get(f"/runs/{parent.id}/").content.decode()
@@ -63,7 +63,7 @@ def test_a_finished_run_is_rerun_forked_and_compared_in_the_pages(client, desk, 
     fork = Run.objects.get(parent=parent, origin="fork")
     assert forked["Location"] == f"/runs/{fork.id}/" and fork.parent_step == refund.position
     assert fork.snapshot["crew"]["tasks"][1]["description"] == "Refund {amount_cents} now."
-    services.drive_run(run_id=fork.id)
+    worker.drive_run(run_id=fork.id)
     assert f"at step {refund.position}" in client.get(f"/runs/{fork.id}/").content.decode()
 
     compared = client.get(f"/runs/compare/?a={parent.id}&b={fork.id}").content.decode()
@@ -76,11 +76,11 @@ def test_a_finished_run_is_rerun_forked_and_compared_in_the_pages(client, desk, 
 
 def test_the_runs_list_and_the_crews_page_show_duration_and_failed_calls(client, desk, owner):
     crew = desk.refund_desk()
-    run = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+    run = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                        enqueue=False).id)
     held = run.ledger.get(state="held")
-    services.decide_approval(actor=desk.actor, approval_id=held.approval_id, decision="reject", comment="no")
-    run = services.drive_run(run_id=run.id)
+    decisions.decide_approval(actor=desk.actor, approval_id=held.approval_id, decision="reject", comment="no")
+    run = worker.drive_run(run_id=run.id)
     assert run.is_finished
     signed_in(client, owner)
     listed = client.get("/runs/").content.decode()
@@ -95,9 +95,9 @@ def test_the_runs_list_and_the_crews_page_show_duration_and_failed_calls(client,
 def test_the_trace_folds_per_turn_and_model_call_with_durations_and_the_runs_costs_are_one_click_away(
         client, desk, owner):
     crew = desk.refund_desk(refund_policy="auto")
-    run = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+    run = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                        enqueue=False).id)
-    other = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+    other = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                          enqueue=False).id)
     signed_in(client, owner)
     page = client.get(f"/runs/{run.id}/").content.decode()
@@ -116,12 +116,12 @@ def test_the_new_pages_label_their_controls_and_name_their_buttons(client, desk,
     from tests.web.test_accessibility import audit
 
     crew = desk.refund_desk()
-    held = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+    held = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                         enqueue=False).id)
-    services.decide_approval(actor=desk.actor, approval_id=held.ledger.get(state="held").approval_id,
+    decisions.decide_approval(actor=desk.actor, approval_id=held.ledger.get(state="held").approval_id,
                              decision="reject")
-    parent = services.drive_run(run_id=held.id)
-    child = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+    parent = worker.drive_run(run_id=held.id)
+    child = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
                                                          enqueue=False).id)  # waits in the inbox
     signed_in(client, owner)
     agent = RunStep.objects.filter(run=parent, kind="agent").first().agent_id

@@ -15,7 +15,7 @@ from apps.accounts.actors import member_actor
 from apps.audit.models import AuditEvent
 from apps.audit.selectors import verify_chain
 from apps.core.errors import PermissionDenied, ValidationFailed
-from apps.runs import retention, services
+from apps.runs import retention, services, worker
 from apps.runs.models import Run, RunEvent, RunStep, ToolCall
 
 pytestmark = pytest.mark.django_db
@@ -25,7 +25,7 @@ A1001 = {"order_id": "A-1001", "amount_cents": 500}
 def finished_run(desk, *, days_ago: float):
     crew = desk.refund_desk(refund_policy="auto", name=f"Desk {days_ago}")
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False)
-    run = services.drive_run(run_id=run.id)
+    run = worker.drive_run(run_id=run.id)
     assert run.status == "succeeded", run.error
     Run.objects.filter(id=run.id).update(finished_at=timezone.now() - timedelta(days=days_ago))
     return run

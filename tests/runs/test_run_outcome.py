@@ -9,7 +9,7 @@ import pytest
 from apps.accounts.actors import member_actor
 from apps.notifications import services as notifications
 from apps.notifications.models import Notification
-from apps.runs import services
+from apps.runs import decisions, services, worker
 from apps.runs.models import ToolCall
 from tests.conftest import signed_in
 from tests.factories import add_member, token_for
@@ -23,13 +23,13 @@ BAD_LOOKUP = {"tool": "orders.get_order_status", "args": {"order_id": "NOPE"}}
 
 def _start(desk, crew):
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False)
-    return services.drive_run(run_id=run.id)
+    return worker.drive_run(run_id=run.id)
 
 
 def _decide(desk, approver, run, decision, **values):
     request = ToolCall.objects.get(run=run, state="held").approval
-    services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision=decision, **values)
-    return services.drive_run(run_id=run.id)
+    decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision=decision, **values)
+    return worker.drive_run(run_id=run.id)
 
 
 def test_an_approved_write_the_tool_refused_flags_the_run_in_the_list_header_api_and_webhook(desk, approver, client,
@@ -92,9 +92,9 @@ def test_the_demo_refund_answer_quotes_what_the_order_desk_said_not_the_amount_a
     run = Run.objects.get(org_id=org.id)
     request = ToolCall.objects.get(run=run, state="held").approval
     person = member_actor(add_member(org, "approver"))  # not the person who started the run
-    services.decide_approval(actor=person, approval_id=request.id, decision="approve",
+    decisions.decide_approval(actor=person, approval_id=request.id, decision="approve",
                              arguments={**request.arguments, "amount_cents": -500000})
-    run = services.drive_run(run_id=run.id)
+    run = worker.drive_run(run_id=run.id)
     assert run.status == "succeeded" and run.attention_summary == "1 write failed"
     assert "Cannot refund -500000 cents" in run.output and "Refunded" not in run.output
 
@@ -107,6 +107,6 @@ def test_a_run_cancelled_with_an_unknown_write_says_so_until_a_person_resolves_i
     run.refresh_from_db()
     assert run.status == "cancelled" and run.attention_summary == "1 write with an unknown outcome"
     assert run.attention[0]["tool_call_id"] == str(row.id)
-    services.resolve_unknown_call(actor=member_actor(approver), tool_call_id=row.id, outcome="succeeded")
+    decisions.resolve_unknown_call(actor=member_actor(approver), tool_call_id=row.id, outcome="succeeded")
     run.refresh_from_db()
     assert run.attention == [] and run.attention_summary == ""

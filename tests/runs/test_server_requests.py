@@ -17,7 +17,7 @@ from apps.approvals.models import ApprovalRequest
 from apps.costs.models import UsageRecord
 from apps.registry import services as registry_services
 from apps.registry.models import McpServer
-from apps.runs import questions, services
+from apps.runs import decisions, questions, services, worker
 from apps.runs.models import Run, RunEvent, ToolCall
 from tests.factories import token_for
 from tests.runs.conftest import LOOK_UP, ROOT
@@ -64,7 +64,7 @@ def drive_in_thread(run_id) -> threading.Thread:
     """The engine on a thread of its own, as a worker would run it, while the test answers."""
     def drive():
         try:
-            services.drive_run(run_id=run_id)
+            worker.drive_run(run_id=run_id)
         finally:
             connection.close()
 
@@ -147,7 +147,7 @@ def test_a_server_not_allowed_to_elicit_is_told_why_and_third_party_ones_start_o
     assert not third.allow_elicitation and not third.allow_sampling
     asking_server(desk.actor, allow_elicitation=False)
     run = services.start_run(actor=desk.actor, crew_id=crew_calling(desk, REFUND).id, inputs=INPUTS, enqueue=False)
-    run = services.drive_run(run_id=run.id)
+    run = worker.drive_run(run_id=run.id)
     assert not ApprovalRequest.objects.filter(run_id=run.id, kind="elicitation").exists()
     call = ToolCall.objects.get(run=run, qualified_name="asking.refund_asking")
     assert "may not ask people for input" in (call.error + str(call.result)), (call.error, call.result)
@@ -159,7 +159,7 @@ def test_sampling_runs_the_agents_model_and_counts_to_the_run(desk, era, owner, 
     asking_server(desk.actor, allow_sampling=True, era=era)
     run = services.start_run(actor=desk.actor, crew_id=crew_calling(desk, SUMMARISE).id, inputs=INPUTS,
                              enqueue=False)
-    run = services.drive_run(run_id=run.id)
+    run = worker.drive_run(run_id=run.id)
     assert run.status == "succeeded", run.error
     assert "summary: done" in run.output  # the scripted model's answer to a prompt it has no script for
     event = RunEvent.objects.get(run=run, type="sampling.completed").data
@@ -180,7 +180,7 @@ def test_sampling_is_declined_when_off_and_held_for_a_person_when_set(desk, appr
 
     server = asking_server(desk.actor)
     crew = crew_calling(desk, SUMMARISE)
-    run = services.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=INPUTS,
+    run = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=INPUTS,
                                                        enqueue=False).id)
     call = ToolCall.objects.get(run=run, qualified_name="asking.summarise")
     assert "may not run a model through Airlock" in (call.error + str(call.result))
@@ -194,7 +194,7 @@ def test_sampling_is_declined_when_off_and_held_for_a_person_when_set(desk, appr
     client.force_login(approver.user)
     card = client.get("/inbox/").content.decode()
     assert f'id="approval-{item.id}"' in card and "Edit the arguments" not in card  # approved as asked
-    services.decide_approval(actor=member_actor(approver), approval_id=item.id, decision="approve")
+    decisions.decide_approval(actor=member_actor(approver), approval_id=item.id, decision="approve")
     driver.join(60)
     run = Run.objects.get(id=run.id)
     assert run.status == "succeeded", run.error

@@ -9,7 +9,7 @@ import pytest
 
 from apps.audit.models import AuditEvent
 from apps.audit.selectors import verify_chain
-from apps.runs import services
+from apps.runs import services, worker
 from apps.runs.models import ToolCall
 from tests.runs.conftest import LOOK_UP
 
@@ -26,7 +26,7 @@ def _run(desk, script, name="Audited"):
     crew = desk.sequential(name, [("work", clerk, "Work on {order_id}.", [])])
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
                              enqueue=False)
-    return services.drive_run(run_id=run.id)
+    return worker.drive_run(run_id=run.id)
 
 
 def _calls_audited(run) -> list[AuditEvent]:

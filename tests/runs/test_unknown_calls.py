@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from apps.accounts.actors import member_actor
 from apps.audit.models import AuditEvent
-from apps.runs import services
+from apps.runs import decisions, services
+from apps.runs import worker as run_worker
 from apps.runs.models import Run, ToolCall
 from config.asgi import application
 from tests.conftest import signed_in
@@ -30,13 +31,13 @@ NOTE = "checked the desk: no refund was made"
 def unknown_call(desk, approver) -> tuple[Run, ToolCall]:
     """What a worker killed right after committing `dispatched` leaves behind, once the engine saw it."""
     run = services.start_run(actor=desk.actor, crew_id=desk.refund_desk().id, inputs=A1001, enqueue=False)
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     request = ToolCall.objects.get(run=run, state="held").approval
-    services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
+    decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
     row = ToolCall.objects.get(id=request.tool_call_id)
     ToolCall.objects.filter(id=row.id).update(state="dispatched", approved_arguments=row.arguments,
                                               dispatched_at=timezone.now())
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     row.refresh_from_db()
     assert row.state == "unknown" and run.status == "waiting"
     assert desk.refunds() == {}
@@ -72,7 +73,7 @@ def test_the_api_lists_and_resolves_an_unknown_call_and_the_run_finishes_with_th
     assert again.status_code == 409 and "failed" in again.json()["detail"]
     assert client.get("/api/v1/tool-calls?state=unknown").json()["count"] == 0
 
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "succeeded"
     assert desk.refunds() == {}  # never sent again
     turn = run.steps.get(kind="agent", task="refund")
@@ -133,7 +134,7 @@ def test_the_run_page_explains_and_offers_the_answers_to_an_approver_only(client
     assert "This call is succeeded, not unknown." in twice.content.decode()
     row.refresh_from_db()
     assert row.state == "succeeded"
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "succeeded" and desk.refunds() == {}
 
 
@@ -155,7 +156,7 @@ def test_the_inbox_lists_unknown_calls_and_its_form_resolves_them(client, desk, 
     assert row.state == "failed" and row.result["text"] == NOTE
     after = client.get("/inbox/").content.decode()
     assert "Recorded: the call did not happen." in after and "Calls with an unknown outcome" not in after
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     assert run.status == "succeeded" and desk.refunds() == {}
 
 
@@ -185,7 +186,7 @@ def test_the_inbox_badge_counts_unknown_calls_and_hears_when_one_is_resolved(cli
         comm.scope["user"] = approver.user
         assert (await comm.connect())[0]
         first = await comm.receive_from(timeout=10)
-        await asyncio.to_thread(lambda: services.resolve_unknown_call(actor=member_actor(approver),
+        await asyncio.to_thread(lambda: decisions.resolve_unknown_call(actor=member_actor(approver),
                                                                       tool_call_id=row.id, outcome="failed"))
         frame = await comm.receive_from(timeout=30)
         while 'id="inbox-badge"' not in frame:
@@ -205,13 +206,13 @@ def test_a_read_in_flight_when_its_worker_stopped_is_made_again_not_put_to_a_per
                         [{"tool": "orders.get_order_status", "policy": "approve"}])
     crew = desk.sequential("Careful lookups", [("look", reader, "Look up order {order_id}.", [])])
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False)
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     request = ToolCall.objects.get(run=run, state="held").approval
-    services.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
+    decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
     # What a worker killed while its lookup was out leaves behind: the row sent once, its result never stored.
     ToolCall.objects.filter(id=request.tool_call_id).update(state="dispatched", attempts=1,
                                                             dispatched_at=timezone.now())
-    run = services.drive_run(run_id=run.id)
+    run = run_worker.drive_run(run_id=run.id)
     row = ToolCall.objects.get(id=request.tool_call_id)
     assert run.status == "succeeded", run.error
     assert row.state == "succeeded" and row.attempts == 2 and "A-1001" in row.result["text"]

@@ -11,7 +11,8 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from apps.runs import services, tasks
+from apps.runs import decisions, services, tasks
+from apps.runs import worker as run_worker
 from apps.runs.models import Run, RunEvent, ToolCall
 from tests.factories import token_for
 from tests.runs.conftest import LOOK_UP
@@ -97,12 +98,12 @@ def test_a_worker_killed_mid_run_resumes_without_running_any_tool_twice(worker, 
     # Time passes: the lease runs out, and beat's sweeper hands the run to a worker again.
     Run.objects.filter(id=run.id, status="running").update(lease_expires_at=timezone.now())
     time.sleep(0.1)
-    services.sweep_stuck_runs()
+    run_worker.sweep_stuck_runs()
     run = wait_for(run.id, {"waiting", "succeeded", "failed"}, timeout=90)
     unknown = list(ToolCall.objects.filter(run=run, state="unknown"))
     for row in unknown:  # killed in flight: a person checks the desk and says what happened
         happened = row.arguments["request_id"] in desk.refunds()
-        services.resolve_unknown_call(actor=desk.actor, tool_call_id=row.id,
+        decisions.resolve_unknown_call(actor=desk.actor, tool_call_id=row.id,
                                       outcome="succeeded" if happened else "failed")
     run = wait_for(run.id, {"succeeded", "failed"}, timeout=90)
     assert run.status == "succeeded", run.error

@@ -15,7 +15,7 @@ import pytest
 
 from apps.accounts.actors import member_actor
 from apps.registry.scanner import scan_text
-from apps.runs import services
+from apps.runs import decisions, services, worker
 from apps.runs.models import Run, RunEvent, ToolCall
 from tests.runs import conftest as runs_conftest
 from tests.runs.conftest import LOOK_UP
@@ -39,7 +39,7 @@ def run_puppet(desk, name: str, grants: list, order_id: str, script_after: list 
     crew = desk.sequential(f"{name} crew", [("go", puppet, "Check {order_id}.", [])])
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": order_id, "amount_cents": 1},
                              enqueue=False)
-    return services.drive_run(run_id=run.id)
+    return worker.drive_run(run_id=run.id)
 
 
 def finding_codes(run) -> set[str]:
@@ -74,7 +74,7 @@ def test_after_a_finding_a_write_the_policy_would_auto_run_is_held(desk, approve
     def run_with(order_id: str, amount_cents: int) -> Run:
         run = services.start_run(actor=desk.actor, crew_id=crew.id, enqueue=False,
                                  inputs={"order_id": order_id, "amount_cents": amount_cents})
-        return services.drive_run(run_id=run.id)
+        return worker.drive_run(run_id=run.id)
 
     # Without untrusted content the policy lets the refund run by itself...
     run = run_with("A-1002", 100)
@@ -88,8 +88,8 @@ def test_after_a_finding_a_write_the_policy_would_auto_run_is_held(desk, approve
     held = ToolCall.objects.get(run=run, qualified_name="orders.refund_order")
     assert held.state == "held" and held.rule == "tainted" and held.dispatched_at is None
     assert list(desk.refunds()) == ["clerk-100"]  # nothing new
-    services.decide_approval(actor=member_actor(approver), approval_id=held.approval.id, decision="approve")
-    run = services.drive_run(run_id=run.id)
+    decisions.decide_approval(actor=member_actor(approver), approval_id=held.approval.id, decision="approve")
+    run = worker.drive_run(run_id=run.id)
     assert run.status == "succeeded", run.error
     assert sorted(desk.refunds()) == ["clerk-100", "clerk-101"]  # the second only once a person said yes
 

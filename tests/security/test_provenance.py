@@ -24,7 +24,7 @@ from apps.crews import services as crew_services
 from apps.registry import services as registry_services
 from apps.registry.pool import pool
 from apps.registry.scanner import scan_text
-from apps.runs import services
+from apps.runs import decisions, services, worker
 from apps.runs.models import ToolCall
 from tests.conftest import signed_in
 from tests.factories import token_for
@@ -64,7 +64,7 @@ class Inbox:
             tasks=[{"name": "answer", "agent_id": agent.id, "description": "Read m1 and answer {recipient}."}])
         run = services.start_run(actor=self.actor, crew_id=crew.id, inputs={"recipient": "boss@acme.example"},
                                  enqueue=False)
-        run = services.drive_run(run_id=run.id)
+        run = worker.drive_run(run_id=run.id)
         return agent, run, ToolCall.objects.get(run=run, qualified_name="inbox.send_message")
 
 
@@ -92,8 +92,8 @@ def test_a_write_to_a_destination_only_a_tool_result_named_waits_and_runs_once_a
     assert (row.state, row.rule, row.dispatched_at) == ("held", "unrequested_destination", None)
     assert "audit-desk@numbers.example" in row.reason and "inbox.read_message" in row.reason
     assert inbox.sent() == []
-    services.decide_approval(actor=member_actor(approver), approval_id=row.approval.id, decision="approve")
-    run = services.drive_run(run_id=run.id)
+    decisions.decide_approval(actor=member_actor(approver), approval_id=row.approval.id, decision="approve")
+    run = worker.drive_run(run_id=run.id)
     assert run.status == "succeeded", run.error
     assert [s["to"] for s in inbox.sent()] == ["audit-desk@numbers.example"]
 

@@ -18,7 +18,7 @@ from apps.agents import selectors as agent_selectors
 from apps.audit.models import AuditEvent
 from apps.registry import selectors as registry_selectors
 from apps.registry import services as registry_services
-from apps.runs import services
+from apps.runs import services, worker
 from apps.runs.models import RunEvent, ToolCall
 from tests.conftest import signed_in
 from tests.runs import conftest as runs_conftest
@@ -57,7 +57,7 @@ def run_clerk(desk, script: list, name: str = "Clerk"):
     crew = desk.sequential(f"{name} crew", [("go", clerk, "Handle {order_id}.", [])])
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
                              enqueue=False)
-    return clerk, services.drive_run(run_id=run.id)
+    return clerk, worker.drive_run(run_id=run.id)
 
 
 def test_a_third_party_result_taints_the_run_without_any_finding_and_the_auto_write_waits(desk, approver, client):

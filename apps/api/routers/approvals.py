@@ -8,7 +8,7 @@ from ninja.pagination import paginate
 from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.approvals import selectors
-from apps.runs import questions, services
+from apps.runs import decisions, questions
 
 router = Router(tags=["approvals"])
 
@@ -111,11 +111,10 @@ def get_approval(request, approval_id: UUID):
 @router.post("/{approval_id}/decision", response=ApprovalOut)
 def decide(request, approval_id: UUID, payload: DecisionIn):
     """Approve (optionally with edited arguments and a standing approval) or reject; 409 when decided."""
-    services.decide_approval(actor=request.auth, approval_id=approval_id, decision=payload.decision,
-                             arguments=payload.arguments, comment=payload.comment,
-                             standing=payload.standing.dict() if payload.standing else None,
-                             expected_args_hash=payload.args_hash)
-    return selectors.get_approval(org_id=request.auth.org_id, approval_id=approval_id)
+    return decisions.decide(actor=request.auth, approval_id=approval_id, decision=payload.decision,
+                            arguments=payload.arguments, comment=payload.comment,
+                            standing=payload.standing.dict() if payload.standing else None,
+                            expected_args_hash=payload.args_hash).request
 
 
 @router.post("/{approval_id}/answer", response=ApprovalOut)

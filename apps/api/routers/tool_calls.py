@@ -7,7 +7,7 @@ from ninja.pagination import paginate
 
 from apps.api.bodies import Body
 from apps.api.pagination import Pagination
-from apps.runs import selectors, services
+from apps.runs import decisions, selectors
 
 router = Router(tags=["tool calls"])
 
@@ -80,6 +80,6 @@ def resolve(request, tool_call_id: UUID, payload: ResolveIn):
     `succeeded` (it happened) or `failed` (it did not). Airlock never sends the call again; the note
     reaches the model as the call's result, and the run resumes once nothing else is pending.
     Needs approvals.decide; 409 when the call is not `unknown`."""
-    services.resolve_unknown_call(actor=request.auth, tool_call_id=tool_call_id, outcome=payload.outcome,
+    decisions.resolve_unknown_call(actor=request.auth, tool_call_id=tool_call_id, outcome=payload.outcome,
                                   note=payload.note)
     return selectors.get_tool_call(org_id=request.auth.org_id, tool_call_id=tool_call_id)

@@ -1,4 +1,4 @@
-"""The run engine (ARCHITECTURE sections 3-5, 7): plain Python handed a `RunStore`.
+"""The run engine (ARCHITECTURE sections 3-5, 7): plain Python handed a `Store` (engine/seam.py).
 
 - `loop.advance(store)`: a bounded number of steps of one claimed run.
 - `process`: sequential and supervisor processes (who works next).

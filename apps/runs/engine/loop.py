@@ -1,4 +1,4 @@
-"""The engine's loop: plain Python over a `RunStore` (apps/runs/store/), no request, no ORM of its own.
+"""The engine's loop: plain Python over a `Store` (engine/seam.py), no request, no ORM of its own.
 
 `advance(store)` does a bounded number of steps of one claimed run and says what happened:
 "continue" (more to do: the caller re-enqueues), "waiting" (parked for people) or "finished".
@@ -20,19 +20,21 @@ from apps.core.metrics import STEP_SECONDS
 from apps.runs.engine.errors import StopRun
 from apps.runs.engine.model import call_model, offered_tools
 from apps.runs.engine.process import ROUTING, end_turn, start_next
+from apps.runs.engine.seam import Store
 from apps.runs.engine.tools import answers, made_writes, resolve_calls
+from apps.runs.models import Run, RunStep
 
 STEPS_PER_TASK = 25  # then the task re-enqueues itself: no task comes near the broker's visibility timeout
 TASK_SECONDS = 30.0
 
 
-def advance(store: Any, *, max_steps: int = STEPS_PER_TASK, max_seconds: float = TASK_SECONDS) -> str:
+def advance(store: Store, *, max_steps: int = STEPS_PER_TASK, max_seconds: float = TASK_SECONDS) -> str:
     outcome = _advance(store, started=time.monotonic(), max_steps=max_steps, max_seconds=max_seconds)
     store.flush()  # nothing the store deferred stays behind when the task ends
     return outcome
 
 
-def _advance(store: Any, *, started: float, max_steps: int, max_seconds: float) -> str:
+def _advance(store: Store, *, started: float, max_steps: int, max_seconds: float) -> str:
     for _ in range(max_steps):
         begun = time.perf_counter()
         try:
@@ -51,7 +53,7 @@ def _advance(store: Any, *, started: float, max_steps: int, max_seconds: float) 
     return "continue"
 
 
-def step(store: Any) -> str:
+def step(store: Store) -> str:
     run = store.refresh()
     if run.is_finished:
         return "finished"
@@ -81,7 +83,7 @@ def step(store: Any) -> str:
     return "continue"
 
 
-def _answer_tool_calls(store: Any, turn: Any, agent: dict[str, Any], messages: list[Any]) -> str:
+def _answer_tool_calls(store: Store, turn: RunStep, agent: dict[str, Any], messages: list[Any]) -> str:
     rows = store.last_calls(turn)
     if resolve_calls(store, turn=turn, agent=agent, rows=rows) == "waiting":
         held = sum(1 for r in rows if r.state == "held")
@@ -101,7 +103,7 @@ def _answer_tool_calls(store: Any, turn: Any, agent: dict[str, Any], messages: l
     return "continue"
 
 
-def _check_clock(run: Any) -> None:
+def _check_clock(run: Run) -> None:
     """Wall-clock limit, not counting time spent waiting for people."""
     limit = run.snapshot["crew"].get("timeout_s") or 900
     if run.started_at is None:

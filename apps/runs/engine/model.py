@@ -25,6 +25,8 @@ from apps.runs.engine.errors import StopRun, classify_model_error, egress_refusa
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.limits import DEFAULT_MAX_TOKENS, PreCallContext, check_before_call, estimate_tokens
 from apps.runs.engine.names import model_tool_name, qualified_name
+from apps.runs.engine.seam import Store
+from apps.runs.models import RunStep
 
 IDEMPOTENCY_ARGS = ("idempotency_key", "request_id")
 
@@ -66,7 +68,7 @@ def tool_definitions(offered: dict[str, str], tools: dict[str, dict[str, Any]]) 
             for safe, name in offered.items()]
 
 
-def call_model(store: Any, *, turn: Any, agent: dict[str, Any], messages: list[ModelMessage],
+def call_model(store: Store, *, turn: RunStep, agent: dict[str, Any], messages: list[ModelMessage],
                offered: dict[str, str], turn_offset: int) -> Any:
     """Checks limits, calls the model (retrying transient errors), records the call and its proposed tool calls."""
     run, snapshot = store.run, store.run.snapshot

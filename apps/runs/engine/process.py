@@ -16,7 +16,9 @@ from pydantic_ai.messages import ModelRequest, ModelResponse, SystemPromptPart, 
 
 from apps.agents.prompts import parse_status
 from apps.runs.engine.errors import StopRun
-from apps.runs.store import load_messages
+from apps.runs.engine.seam import Store
+from apps.runs.messages import load_messages
+from apps.runs.models import RunStep
 
 ROUTING = "routing"
 MEMBER_TASK = "request"
@@ -24,14 +26,14 @@ MAX_REFUSALS = 3
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-def start_next(store: Any) -> str:
+def start_next(store: Store) -> str:
     crew = store.run.snapshot["crew"]
     if crew["process"] == "supervisor":
         return _supervisor_next(store)
     return _sequential_next(store)
 
 
-def _check_hops(store: Any) -> None:
+def _check_hops(store: Store) -> None:
     limit = store.run.snapshot["crew"].get("max_hops", 6)
     if store.run.hops >= limit:
         raise StopRun("limit_exceeded", f"Hop limit: the crew handed work to agents {limit} times.", "limit")
@@ -58,7 +60,7 @@ def task_prompt(task: dict[str, Any], inputs: dict[str, Any], outputs: dict[str,
     return "\n\n".join(parts)
 
 
-def _sequential_next(store: Any) -> str:
+def _sequential_next(store: Store) -> str:
     run = store.run
     state, tasks = dict(run.state), run.snapshot["crew"]["tasks"]
     index = state.get("task_index", 0)
@@ -75,7 +77,7 @@ def _sequential_next(store: Any) -> str:
 
 # --- supervisor ----------------------------------------------------------------------------------
 
-def _members(store: Any) -> dict[str, dict[str, Any]]:
+def _members(store: Store) -> dict[str, dict[str, Any]]:
     agents = store.run.snapshot["agents"]
     return {m["name"].lower(): agents[m["id"]] for m in store.run.snapshot["crew"]["members"]}
 
@@ -87,7 +89,7 @@ def _history_text(routing: list[dict[str, Any]]) -> str:
                      + (f"\n  Answer (data): {r['answer'][:1500]}" if r.get("answer") else "") for r in routing)
 
 
-def _supervisor_next(store: Any) -> str:
+def _supervisor_next(store: Store) -> str:
     run = store.run
     state = dict(run.state)
     routing = state.get("routing", [])
@@ -114,7 +116,7 @@ def _supervisor_next(store: Any) -> str:
     return "continue"
 
 
-def _start_member(store: Any, state: dict[str, Any], agent: dict[str, Any]) -> str:
+def _start_member(store: Store, state: dict[str, Any], agent: dict[str, Any]) -> str:
     _check_hops(store)
     routing = state.get("routing", [])
     text = (f"## Request\nThe supervisor handed you this request.\n{_inputs_text(store.run.inputs)}\n\n"
@@ -136,7 +138,7 @@ def parse_route(text: str) -> str:
     return text.splitlines()[0].strip() if text else ""
 
 
-def handle_route(store: Any, turn: Any, text: str) -> str:
+def handle_route(store: Store, turn: RunStep, text: str) -> str:
     """The supervisor answered: finish, hand the work to a member, or tell it why it cannot."""
     state = dict(store.run.state)
     route = parse_route(text)
@@ -165,7 +167,7 @@ def handle_route(store: Any, turn: Any, text: str) -> str:
 
 # --- the end of a member's or task's turn ---------------------------------------------------------
 
-def end_turn(store: Any, turn: Any, text: str) -> str:
+def end_turn(store: Store, turn: RunStep, text: str) -> str:
     """An agent answered without tool calls: record its status and move the cursor."""
     if turn.task == ROUTING:
         return handle_route(store, turn, text)

@@ -32,7 +32,7 @@ from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from apps.costs import services as costs
 from apps.costs.pricing import price_call
 from apps.runs.engine.limits import DEFAULT_MAX_TOKENS, PreCallContext, check_before_call
-from apps.runs.events import Totals, append_event, append_events
+from apps.runs.ledger import Totals, append_event, append_events
 from apps.runs.models import Run
 
 POLL_S = 0.25

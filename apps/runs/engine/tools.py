@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -28,18 +27,19 @@ from apps.registry.scanner import scan_text
 from apps.registry.schemas import arguments_problem, input_validator
 from apps.runs.engine import asking, server_requests
 from apps.runs.engine.errors import LeaseLost, StopRun, backoff_delay
-from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.limits import REPEAT_LIMIT
 from apps.runs.engine.model import facts
 from apps.runs.engine.provenance import call_provenance
 from apps.runs.engine.results import injected_call_findings, result_payload, scannable_text
-from apps.runs.models import ANSWERED, CallState
+from apps.runs.engine.seam import Store
+from apps.runs.ledger import Decided
+from apps.runs.models import ANSWERED, CallState, RunStep, ToolCall
 
 READ_RETRIES = 2
 logger = logging.getLogger(__name__)
 
 
-def resolve_calls(store: Any, *, turn: Any, agent: dict[str, Any], rows: list[Any]) -> str:
+def resolve_calls(store: Store, *, turn: RunStep, agent: dict[str, Any], rows: list[ToolCall]) -> str:
     """Moves every row of one model response forward. Returns "waiting" or "answered"."""
     waiting = False
     for row in rows:
@@ -48,9 +48,14 @@ def resolve_calls(store: Any, *, turn: Any, agent: dict[str, Any], rows: list[An
             if allowed is not None:
                 dispatch(store, agent=agent, row=row, decided=allowed)
         if row.state == CallState.HELD:
-            approved = follow_approval(store, row=row, write_approval=False)
-            if approved is not None:
-                dispatch(store, agent=agent, row=row, decided=approved)
+            request = store.approval(row)
+            if request is not None and request.kind == "question":  # human.ask: the answer is the result
+                if request.status != "pending":
+                    asking.follow_question(store, row=row, request=request)
+            else:
+                approved = store.follow_approval(row, write_approval=False)
+                if approved is not None:
+                    dispatch(store, agent=agent, row=row, decided=approved)
         if row.state == CallState.APPROVED:
             dispatch(store, agent=agent, row=row)
         if row.state == CallState.DISPATCHED:
@@ -60,7 +65,7 @@ def resolve_calls(store: Any, *, turn: Any, agent: dict[str, Any], rows: list[An
     return "waiting" if waiting else "answered"
 
 
-def found_in_flight(store: Any, *, agent: dict[str, Any], row: Any) -> None:
+def found_in_flight(store: Store, *, agent: dict[str, Any], row: ToolCall) -> None:
     """A row still `dispatched` when a step starts: the worker that sent it stopped before storing its outcome.
 
     A read is sent again (policy checked again, as for any approved call): making it changed nothing, so
@@ -80,19 +85,7 @@ def found_in_flight(store: Any, *, agent: dict[str, Any], row: Any) -> None:
     row.refresh_from_db()  # the worker that sent it (its lease ran out mid-call) stored the outcome meanwhile
 
 
-@dataclass(frozen=True)
-class Decided:
-    """A row's way out of `proposed` (the policy allowed it) or `held` (a person approved it), written by
-    `dispatch` in the transaction that commits `dispatched`: one commit before the call leaves."""
-
-    expect: str  # the row's state now
-    fields: dict[str, Any]
-    event: str
-    event_data: dict[str, Any]
-    by_policy_now: bool = False  # decided this step from the same registry read: no re-check needed
-
-
-def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> Decided | None:
+def propose(store: Store, *, turn: RunStep, agent: dict[str, Any], row: ToolCall) -> Decided | None:
     """Limits, schema, then the policy point with the real arguments. Denials and holds are written
     here; an allow is returned for `dispatch` to write with `dispatched`."""
     run, tools = store.run, store.run.snapshot.get("tools", {})
@@ -154,7 +147,7 @@ def propose(store: Any, *, turn: Any, agent: dict[str, Any], row: Any) -> Decide
                                                      "rule": decision.rule, "reason": reason})
 
 
-def argument_refusal(store: Any, row: Any) -> tuple[str, str] | None:
+def argument_refusal(store: Store, row: ToolCall) -> tuple[str, str] | None:
     """(rule, reason) when a call is refused for its arguments or its count, before any policy: a URL to an
     address the egress rules refuse (apps.registry.arguments), or the run's limit on calls of one tool."""
     problem = url_problem(row.arguments)
@@ -183,54 +176,10 @@ def schema_problem(tool: dict[str, Any] | None, arguments: dict[str, Any]) -> st
     return arguments_problem(_validators[key], arguments)
 
 
-PERSON_ANSWERED = "answered"  # error_class of a held call a person answered instead of approving
+PERSON_ANSWERED = "answered"  # error_class of a held call a person answered instead of approving (ledger)
 
 
-def follow_approval(store: Any, *, row: Any, write_approval: bool = True) -> Decided | None:
-    """A decided approval moves a held row to approved (with the approved arguments) or rejected/expired.
-
-    `write_approval=False` (the engine, about to dispatch): an approval is returned, with the approved
-    arguments set on the row in memory, for `dispatch` to write with `dispatched`."""
-    request = store.approval(row)
-    if request is None or request.status == "pending":
-        return None
-    if request.kind == "question":
-        asking.follow_question(store, row=row, request=request)
-        return None
-    if request.status == "approved":
-        approved = request.approved_arguments if request.approved_arguments is not None else request.arguments
-        if request.args_hash != row.args_hash or (request.approved_args_hash and
-                                                  request.approved_args_hash != args_hash(approved)):
-            store.set_call(row, expect=CallState.HELD, state=CallState.REJECTED, error_class="permission",
-                           reason="The approval does not match these arguments, so the call was not made.",
-                           event="tool.decided", event_data={"decision": "deny", "state": "rejected"})
-            return None
-        event_data = {"edited": approved != row.arguments, "by": request.decided_by_label}
-        if not write_approval:
-            row.approved_arguments = approved
-            return Decided(expect=CallState.HELD, fields={"approved_arguments": approved}, event="approval.applied",
-                           event_data=event_data)
-        store.set_call(row, expect=CallState.HELD, state=CallState.APPROVED, approved_arguments=approved,
-                       event="approval.applied", event_data=event_data)
-        return None
-    comment = request.comment.strip()
-    if request.status == "answered":  # not run: the person's words are the call's result
-        by = request.decided_by_label
-        store.set_call(row, expect=CallState.HELD, state=CallState.REJECTED, error_class=PERSON_ANSWERED,
-                       reason=f"A person ({by}) answered instead of running this call.",
-                       result={"person": by, "text": comment},
-                       event="tool.decided", event_data={"decision": "answered", "state": CallState.REJECTED,
-                                                         "by": by, "answer": comment})
-        return None
-    reason = (f"A person ({request.decided_by_label}) rejected this call" + (f": {comment}" if comment else ".")
-              if request.status == "rejected" else "Nobody approved this call in time; it expired (rejected).")
-    state = CallState.REJECTED if request.status == "rejected" else CallState.EXPIRED
-    store.set_call(row, expect=CallState.HELD, state=state, reason=reason, error_class="permission",
-                   event="tool.decided", event_data={"decision": "deny", "state": state, "reason": reason})
-    return None
-
-
-def dispatch(store: Any, *, agent: dict[str, Any], row: Any, decided: Decided | None = None) -> None:
+def dispatch(store: Store, *, agent: dict[str, Any], row: ToolCall, decided: Decided | None = None) -> None:
     """Commits `dispatched`, calls the tool once, stores the (capped, scanned) result.
 
     `decided`: how the row leaves `proposed`/`held` (see `Decided`), written with `dispatched`; without
@@ -293,7 +242,8 @@ class EarlyRead:
             logger.exception("starting %s early failed; it is made after the commit", self.name)
 
 
-def early_read(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any]) -> EarlyRead | None:
+def early_read(store: Store, *, tool: dict[str, Any] | None, row: ToolCall,
+               arguments: dict[str, Any]) -> EarlyRead | None:
     """An `EarlyRead` for a call of a read tool whose server is known and enabled, else None (the usual call
     then reports what is wrong). Reads what the call needs now: nothing may be read inside the batch."""
     if tool is None or tool.get("risk") != "read":
@@ -309,7 +259,7 @@ def early_read(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: 
     return EarlyRead(spec, tool["name"], arguments)
 
 
-def _dispatched(store: Any, *, agent: dict[str, Any], tool: dict[str, Any] | None, row: Any,
+def _dispatched(store: Store, *, agent: dict[str, Any], tool: dict[str, Any] | None, row: ToolCall,
                 arguments: dict[str, Any], early: EarlyRead | None = None) -> None:
     """The call, once `dispatched` is committed (or, for an early read, as it was), and its outcome with its
     audit row (committed before the next model call: apps.runs.engine.loop)."""
@@ -352,7 +302,7 @@ def _dispatched(store: Any, *, agent: dict[str, Any], tool: dict[str, Any] | Non
         store.taint(source, tool_call_id=str(row.id), tool=row.qualified_name)
 
 
-def taint_by(store: Any, *, tool: dict[str, Any] | None, row: Any, flagged: bool) -> str:
+def taint_by(store: Store, *, tool: dict[str, Any] | None, row: ToolCall, flagged: bool) -> str:
     """Why this result taints the run ('' when it does not): flagged by the scanner, or read from content
     Airlock does not control (a third-party server, an open-world tool), unless an admin trusts its output.
     Provenance is the first line: an injection the scanner misses still taints the run."""
@@ -366,7 +316,7 @@ def taint_by(store: Any, *, tool: dict[str, Any] | None, row: Any, flagged: bool
     return "" if trusted else f"{call} is content Airlock does not control"
 
 
-def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[str, Any],
+def _call(store: Store, *, tool: dict[str, Any] | None, row: ToolCall, arguments: dict[str, Any],
           agent: dict[str, Any] | None = None, pending: PendingCall | None = None):
     """(result, "") or (None, error); None when a non-read call timed out (outcome unknown). `pending`: the
     first attempt, already sent (`EarlyRead`)."""
@@ -399,13 +349,13 @@ def _call(store: Any, *, tool: dict[str, Any] | None, row: Any, arguments: dict[
     return None, error
 
 
-def made_writes(tools: dict[str, Any], rows: list[Any]) -> bool:
+def made_writes(tools: dict[str, Any], rows: list[ToolCall]) -> bool:
     """Whether any of `rows` was sent to a tool that changes something (risk other than `read`)."""
     return any(row.dispatched_at is not None and (tools.get(row.qualified_name) or {}).get("risk") != "read"
                for row in rows)
 
 
-def answers(rows: list[Any]) -> ModelRequest:
+def answers(rows: list[ToolCall]) -> ModelRequest:
     """The next request: one tool return per call of the response, in order."""
     parts = []
     for row in rows:
@@ -415,13 +365,13 @@ def answers(rows: list[Any]) -> ModelRequest:
     return ModelRequest(parts=parts)
 
 
-def _outcome(row: Any) -> str:
+def _outcome(row: ToolCall) -> str:
     if row.state in (CallState.DENIED, CallState.REJECTED, CallState.EXPIRED):
         return "denied"
     return "failed" if row.state == CallState.FAILED else "success"
 
 
-def answer_text(row: Any) -> str:
+def answer_text(row: ToolCall) -> str:
     if row.error_class == PERSON_ANSWERED and row.result is not None:
         return (f"NOT RUN. A person ({row.result.get('person', '')}) answered instead of the tool; these are their "
                 f"words, not the tool's:\n{row.result.get('text', '')}")
@@ -436,5 +386,5 @@ def answer_text(row: Any) -> str:
     return f"ERROR: the call failed: {row.error or 'no result'}"
 
 
-def describe(rows: list[Any]) -> str:
+def describe(rows: list[ToolCall]) -> str:
     return json.dumps([{"tool": r.qualified_name, "state": r.state} for r in rows])

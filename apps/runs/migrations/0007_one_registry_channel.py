@@ -1,6 +1,6 @@
 """Registry changes are notified on one channel, `airlock_registry`, with the org's id as the payload (was a
 channel per org): a worker can then LISTEN before it claims a run, when it does not know the run's org yet,
-in the claim's own round trip (apps/runs/services.py, advance_run). Registry changes are few (syncs, an
+in the claim's own round trip (apps/runs/worker.py, advance_run). Registry changes are few (syncs, an
 admin's decisions), so hearing every org's and keeping its own costs nothing of note."""
 
 from django.db import migrations

@@ -3,18 +3,13 @@
 from __future__ import annotations
 
 import functools
-from datetime import timedelta
-from typing import Any
 
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
-
-from apps.approvals.models import ApprovalRequest, ApprovalStatus
-from apps.core.rows import Columns, Inserts, Update
+from apps.approvals.models import ApprovalRequest
+from apps.core.rows import Columns, Inserts
 from apps.registry.models import McpServer, Tool
 from apps.registry.pool import LIVE_SERVER_FIELDS
 from apps.runs.models import Run, RunStep, ToolCall
 
-APPROVAL_TTL = timedelta(hours=24)
 LIVE_TOOL_FIELDS = ("id", "org_id", "qualified_name", "state", "risk", "definition_hash", "pinned_hash", "server",
                     "trusted_output")
 
@@ -53,35 +48,7 @@ def last_calls_read() -> tuple[Columns, Columns, str]:
         "ORDER BY l.position DESC LIMIT 1) ORDER BY t.position")
 
 
-# The writes of every tool step: its model call's step and ledger rows, the call's completion.
+# The write of every model call's step (its ledger rows and their completion are apps.runs.ledger's).
 @functools.cache
 def step_inserts() -> Inserts:
     return Inserts(RunStep)
-
-
-@functools.cache
-def call_inserts() -> Inserts:
-    return Inserts(ToolCall)
-
-
-@functools.cache
-def completion_update(fields: tuple[str, ...]) -> Update:
-    """`dispatched -> state` with the result: the key includes the state the row must still be in."""
-    return Update(ToolCall, fields, ("id", "state"))
-
-
-def dump_messages(messages: list[ModelMessage]) -> list[dict[str, Any]]:
-    return ModelMessagesTypeAdapter.dump_python(messages, mode="json")
-
-
-def load_messages(data: list[dict[str, Any]] | None) -> list[ModelMessage]:
-    return ModelMessagesTypeAdapter.validate_python(data or [])
-
-
-def lock_pending_requests(run_id: Any) -> list[ApprovalRequest]:
-    """Locks the run's pending approval requests. Whoever locks both a run's requests and the run itself
-    locks the requests first (as deciding does), so a decision and a cancel cannot deadlock."""
-    return list(ApprovalRequest.objects.select_for_update().filter(run_id=run_id, status=ApprovalStatus.PENDING)
-                .order_by("id"))
-
-

@@ -31,10 +31,11 @@ from apps.approvals.models import ApprovalKind, ApprovalRequest
 from apps.core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from apps.crews import selectors as crews
 from apps.registry import selectors as registry
+from apps.runs import decisions as run_decisions
 from apps.runs import questions as answering
 from apps.runs import selectors as runs
-from apps.runs import services
 from apps.web.access import member_required, post_only
+from apps.web.forms import DecisionForm
 from apps.web.views import triage_pages
 
 FILTERS = ("crew", "agent", "server", "risk", "kind")
@@ -95,36 +96,6 @@ def argument_fields(request: ApprovalRequest, values: dict[str, str] | None = No
                        "required": name in required, "error": errors.get(f"arguments.{name}") or "; ".join(nested),
                        "multiline": kind in ("object", "array", "json") or len(raw) > 80})
     return fields
-
-
-def parse_arguments(request: ApprovalRequest, values: dict[str, str]) -> dict[str, Any]:
-    """The edited arguments from the form, typed by the input schema; a value that does not convert
-    stays text so the schema check reports it next to its field."""
-    schema = (request.tool.input_schema if request.tool_id and request.tool else None) or {}
-    props = schema.get("properties") or {}
-    out = dict(request.arguments)
-    for name, raw in values.items():
-        kind = (props.get(name) or {}).get("type")
-        raw = raw.strip() if kind != "string" else raw
-        if raw == "" and name not in request.arguments:
-            continue
-        out[name] = _convert(raw, kind)
-    return out
-
-
-def _convert(raw: str, kind: Any) -> Any:
-    try:
-        if kind == "integer":
-            return int(raw)
-        if kind == "number":
-            return float(raw) if any(c in raw for c in ".eE") else int(raw)
-        if kind == "boolean":
-            return {"true": True, "false": False}.get(raw.lower(), raw)
-        if kind == "string":
-            return raw
-        return json.loads(raw)
-    except (ValueError, TypeError):
-        return raw
 
 
 def run_summary(request: ApprovalRequest) -> dict[str, Any] | None:
@@ -237,32 +208,23 @@ def inbox(request: HttpRequest) -> HttpResponse:
 def inbox_decide(request: HttpRequest, approval_id) -> HttpResponse:
     actor = request.actor
     item = approvals.get_approval(org_id=actor.org_id, approval_id=approval_id)
-    decision = request.POST.get("decision", "")
-    comment = request.POST.get("comment", "").strip()
-    values = {k[4:]: v for k, v in request.POST.items() if k.startswith("arg.")}
-    arguments = parse_arguments(item, values) if values and decision == "approve" else None
-    choice = {"scope": request.POST.get("standing", "call"), "condition": request.POST.get("standing_condition", ""),
-              "hours": request.POST.get("standing_hours") or None}
+    form = DecisionForm(request.POST, item=item)
     try:
-        services.decide_approval(actor=actor, approval_id=item.id, decision=decision, arguments=arguments,
-                                 comment=comment, standing=choice,
-                                 expected_args_hash=request.POST.get("args_hash", ""))
-    except ValidationFailed as exc:
-        item = approvals.get_approval(org_id=actor.org_id, approval_id=approval_id)
+        outcome = run_decisions.decide(actor=actor, approval_id=item.id, **form.decision_arguments())
+    except ValidationFailed as exc:  # nothing was written: the item is as read above
         if request.htmx:
-            return render_item(request, item, actor, status=422, values=values, errors=exc.errors,
+            return render_item(request, item, actor, status=422, values=form.values, errors=exc.errors,
                                message=exc.message, message_level="danger")
         messages.error(request, f"{exc.message} " + " ".join(f"{k}: {v}" for k, v in exc.errors.items()))
         return redirect(_next(request))
     except Conflict as exc:
         if not request.htmx:
             raise
-        item = approvals.get_approval(org_id=actor.org_id, approval_id=approval_id)
+        item = approvals.get_approval(org_id=actor.org_id, approval_id=approval_id)  # as someone else left it
         return render_item(request, item, actor, status=409, message=exc.message, message_level="warning")
-    item = approvals.get_approval(org_id=actor.org_id, approval_id=approval_id)
-    text = _outcome_text(item, decision, edited=arguments is not None)
+    text = _outcome_text(outcome)
     if request.htmx:
-        return render_item(request, item, actor, message=text, message_level="success")
+        return render_item(request, outcome.request, actor, message=text, message_level="success")
     messages.success(request, text)
     return redirect(_next(request))
 
@@ -303,15 +265,15 @@ def _answer_refused(request: HttpRequest, item: ApprovalRequest, *, status: int,
     return redirect(_next(request))
 
 
-def _outcome_text(item: ApprovalRequest, decision: str, *, edited: bool) -> str:
+def _outcome_text(outcome: run_decisions.Decision) -> str:
+    item = outcome.request
     if item.status == "pending":
-        return (f"Your approval is recorded: {item.votes.filter(decision='approve').count()} of "
-                f"{item.required_approvals} needed.")
+        return f"Your approval is recorded: {outcome.approvals} of {item.required_approvals} needed."
     if item.kind == ApprovalKind.DEFINITION_CHANGE:
         return ("Pinned: the tool is active again." if item.status == "approved"
                 else "Rejected: the tool stays quarantined.")
     if item.status == "approved":
-        return "Approved with your edits: the run resumes." if edited else "Approved: the run resumes."
+        return "Approved with your edits: the run resumes." if outcome.edited else "Approved: the run resumes."
     if item.status == "answered":
         return "Answered: the call does not run; the agent gets your words as its result and the run resumes."
     return "Rejected: the run resumes and the agent is told why."

@@ -16,7 +16,7 @@ from apps.agents import selectors as agents
 from apps.approvals import selectors as approvals
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.crews import selectors as crews
-from apps.runs import history, replay, selectors, services, trial
+from apps.runs import decisions, history, replay, selectors, services, trial
 from apps.runs.models import RunStatus
 from apps.web.access import member_required, post_only
 from apps.web.forms import RunFilterForm
@@ -147,7 +147,7 @@ def tool_call_resolve(request: HttpRequest, tool_call_id) -> HttpResponse:
     call = selectors.get_tool_call(org_id=request.actor.org_id, tool_call_id=tool_call_id)
     outcome = request.POST.get("outcome", "")
     try:
-        services.resolve_unknown_call(actor=request.actor, tool_call_id=call.id, outcome=outcome,
+        decisions.resolve_unknown_call(actor=request.actor, tool_call_id=call.id, outcome=outcome,
                                       note=request.POST.get("note", ""))
     except ValidationFailed as exc:
         messages.error(request, " ".join([exc.message, *exc.errors.values()]))

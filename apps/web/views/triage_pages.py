@@ -15,8 +15,8 @@ from django.utils import timezone
 from apps.approvals import selectors as approvals
 from apps.approvals import triage
 from apps.core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
+from apps.runs import decisions
 from apps.runs import inbox as run_reads
-from apps.runs import services
 from apps.web.access import member_required, post_only
 
 PAGE = 25
@@ -109,7 +109,7 @@ def inbox_batch(request: HttpRequest) -> HttpResponse:
             refused.append(("an item", "it no longer exists"))
             continue
         try:
-            services.decide_approval(actor=request.actor, approval_id=item.id, decision=decision, comment=comment,
+            decisions.decide_approval(actor=request.actor, approval_id=item.id, decision=decision, comment=comment,
                                      expected_args_hash=seen_hash)
         except (ValidationFailed, Conflict, PermissionDenied) as exc:
             refused.append((item.title, exc.message))

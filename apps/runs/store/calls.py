@@ -1,5 +1,7 @@
-"""The store's ledger methods (ARCHITECTURE section 4): a mixin of `RunStore`, whose state it uses
-(`run`, `_rows`, `_live`, `_unsaved`, `_decided`, the transaction of `atomic`)."""
+"""The store's tool-call methods: a mixin of `RunStore`, whose state it uses (`run`, `_rows`, `_live`,
+`_unsaved`, `_decided`, the transaction of `atomic`). Every state change they make is a call into the run
+ledger (apps/runs/ledger.py) with the store's `event` as its `emit`; what stays here is what one worker
+may keep in memory while it holds the lease (the rows, counts, approvals and registry rows it read)."""
 
 from __future__ import annotations
 
@@ -7,23 +9,21 @@ import json
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any
 
 from django.utils import timezone
 
-from apps.approvals import services as approvals
 from apps.approvals import standing
 from apps.approvals.models import ApprovalRequest
 from apps.audit import services as audit
-from apps.audit.org_secrets import OrgSecrets
 from apps.core import tracing
-from apps.core.db import send_expected
 from apps.core.metrics import observe_tool_call
 from apps.core.rows import fetch
 from apps.registry.models import Tool
+from apps.runs import ledger
+from apps.runs.ledger import Decided
 from apps.runs.models import CallState, RunStep, ToolCall
-from apps.runs.store.reads import APPROVAL_TTL, completion_update, last_calls_read, live_tool_read
+from apps.runs.store.reads import last_calls_read, live_tool_read
 
 AUDIT_ARGUMENTS_CAP = 4000  # characters of a call's arguments kept in its audit row (its args_hash is whole)
 
@@ -81,28 +81,21 @@ class Ledger:
 
     def _transition(self, row: ToolCall, *, expect: str, event: str | None, event_data: dict | None,
                     **fields: Any) -> bool:
-        updated = ToolCall.objects.filter(id=row.id, state=expect).update(**fields, updated_at=timezone.now())
-        if not updated:
+        if not ledger.move_call(self.run, row, expect=expect, emit=self.event, event=event, event_data=event_data,
+                                **fields):
             return False
-        self._applied(row, expect=expect, event=event, event_data=event_data, fields=fields)
+        self._count_decided(row, expect=expect)
         return True
 
     def _applied(self, row: ToolCall, *, expect: str, event: str | None, event_data: dict | None,
                  fields: dict[str, Any]) -> None:
-        """What follows a ledger transition written: counts, the row in memory, its event, its audit."""
+        """What follows a ledger transition written in a batch: the store's count, then the ledger's part."""
+        self._count_decided(row, expect=expect)
+        ledger.applied(self.run, row, fields=fields, emit=self.event, event=event, event_data=event_data)
+
+    def _count_decided(self, row: ToolCall, *, expect: str) -> None:
         if expect == CallState.PROPOSED and self._decided is not None:
             self._decided[(row.qualified_name, row.args_hash)] += 1
-        for key, value in fields.items():
-            setattr(row, key, value)
-        if event:
-            self.event(event, tool_call_id=str(row.id), tool=row.qualified_name, **(event_data or {}))
-        if fields.get("state") == CallState.UNKNOWN:  # a person must resolve it: it joins the inbox's count
-            approvals.publish_inbox_count(org_id=self.run.org_id)
-        if fields.get("state") == CallState.DENIED:  # policy denials (at offer or dispatch) are audited
-            audit.record(org_id=self.run.org_id, actor=None, action="policy.denied", target=row,
-                         target_label=row.qualified_name,
-                         data={"run_id": self.run_id, "crew": self.run.crew_name, "rule": row.rule,
-                               "reason": row.reason[:500], "args_hash": row.args_hash})
 
     def audit_call(self, row: ToolCall, *, agent: dict[str, Any], tool: dict[str, Any] | None) -> None:
         """The audit row of a call the engine made, as its outcome is written: the agent, the credential it
@@ -128,37 +121,34 @@ class Ledger:
 
     def decide_call(self, row: ToolCall, *, state: str, decision: str, rule: str, reason: str,
                     error_class: str = "") -> None:
-        self.set_call(row, expect=CallState.PROPOSED, state=state, decision=decision, rule=rule, reason=reason,
-                      error_class=error_class, decided_at=timezone.now(), event="tool.decided",
-                      event_data={"decision": decision, "state": state, "rule": rule, "reason": reason})
+        self.set_call(row, expect=CallState.PROPOSED, **ledger.decision_fields(
+            state=state, decision=decision, rule=rule, reason=reason, error_class=error_class))
 
     def hold_call(self, row: ToolCall, *, rule: str, reason: str, tool: dict[str, Any] | None, turn: RunStep,
                   required_approvals: int = 1) -> ApprovalRequest:
         """`proposed -> held` and an approval request, in one transaction."""
-        crew = self.run.snapshot.get("crew", {})
-        ttl = timedelta(hours=crew["approval_ttl_hours"]) if crew.get("approval_ttl_hours") else APPROVAL_TTL
-        required_approvals = max(required_approvals, int(crew.get("approvals_required") or 1))
         with self.atomic():
-            request = approvals.open_request(
-                org_id=self.run.org_id, run_id=self.run_id, tool_call_id=row.id, agent_id=turn.agent_id,
-                tool_id=(tool or {}).get("id"), title=f"{row.qualified_name} by {turn.agent_name}",
-                arguments=row.arguments, args_hash=row.args_hash, definition_hash=row.definition_hash,
-                risk=(tool or {}).get("risk", ""), reason=reason, rule=rule,
-                context={"task": turn.task, "agent": turn.agent_name, "crew": self.run.crew_name,
-                         "crew_id": str(self.run.crew_id) if self.run.crew_id else None,
-                         "server": (tool or {}).get("server", ""), "trust_tier": (tool or {}).get("trust_tier", ""),
-                         "description": (tool or {}).get("description", ""), "tainted": self.run.tainted},
-                expires_at=timezone.now() + ttl, requested_by_user_id=self.run.started_by_id,
-                required_approvals=required_approvals,
-                separation_of_duties=bool(crew.get("separation_of_duties")))
-            self.set_call(row, expect=CallState.PROPOSED, state=CallState.HELD, decision="hold", rule=rule,
-                          reason=reason, approval=request, decided_at=timezone.now(), event="tool.decided",
-                          event_data={"decision": "hold", "state": "held", "rule": rule, "reason": reason})
-            self.event("approval.requested", approval_id=str(request.id), tool_call_id=str(row.id),
-                       tool=row.qualified_name, reason=reason)
+            request = ledger.hold_call(self.run, row, emit=self.event, rule=rule, reason=reason, tool=tool, turn=turn,
+                                       required_approvals=required_approvals)
+            if row.state == CallState.HELD:
+                self._count_decided(row, expect=CallState.PROPOSED)
         tracing.record("tool.held", start=request.created_at, end=request.created_at, tool=row.qualified_name,
                        rule=rule, tool_call_id=row.id, approval_id=request.id)
         return request
+
+    def follow_approval(self, row: ToolCall, *, write_approval: bool = True) -> Decided | None:
+        """A held row follows its decided approval (apps.runs.ledger.approval_outcome). `write_approval=False`
+        (the engine, about to dispatch): an approval is returned, with the approved arguments set on the row in
+        memory, for `dispatch_call` to write with `dispatched`."""
+        outcome = ledger.approval_outcome(row, self.approval(row))
+        if outcome is None:
+            return None
+        if "state" not in outcome.fields and not write_approval:  # written with `dispatched` by dispatch_call
+            row.approved_arguments = outcome.fields["approved_arguments"]
+            return outcome
+        self.set_call(row, expect=outcome.expect, event=outcome.event, event_data=outcome.event_data,
+                      **{"state": CallState.APPROVED, **outcome.fields})
+        return None
 
     def standing_approval(self, *, agent: dict[str, Any], tool: dict[str, Any] | None,
                           arguments: dict[str, Any] | None) -> str | None:
@@ -189,15 +179,10 @@ class Ledger:
                       defer: bool = False) -> bool:
         """`dispatched -> state`. False when the row is no longer `dispatched` (another worker found it in
         flight and made it `unknown`). `defer`: written with the store's next transaction (see `atomic`),
-        which raises LeaseLost in that case; the row in memory changes now. An error and an error result
-        came from the server: they (and the findings quoting them) are redacted first (`OrgSecrets`)."""
-        if error or (result and result.get("is_error")):
-            secrets = OrgSecrets(self.run.org_id)  # findings quote the result (a URL it mentions)
-            error, result, findings = secrets.redact(error), secrets.redact_all(result), secrets.redact_all(findings)
-        fields = dict(state=state, result=result, error=error[:4000], error_class=error_class,
-                      findings=findings or [], finished_at=timezone.now())
-        event_data = {"state": state, "is_error": bool(result and result.get("is_error")), "error": error[:300],
-                      "findings": len(findings or [])}
+        which raises LeaseLost in that case; the row in memory changes now. The ledger redacts an error
+        and an error result (they came from the server) first."""
+        fields, event_data = ledger.completion(self.run.org_id, state=state, result=result, error=error,
+                                               error_class=error_class, findings=findings)
         observe_tool_call(state=state, source="run", dispatched_at=row.dispatched_at, finished_at=fields["finished_at"])
         tracing.record("tool.call", start=row.dispatched_at, end=fields["finished_at"], tool=row.qualified_name,
                        state=state, tool_call_id=row.id, findings=len(findings or []))
@@ -206,11 +191,7 @@ class Ledger:
                                  **fields)
 
         def write() -> None:
-            # A batch shows no row count before its COMMIT: the statement checks it, and the store raises
-            # LeaseLost when it finds none (another worker made the row `unknown` meanwhile).
-            values = {**fields, "updated_at": timezone.now()}
-            update = completion_update(tuple(values))
-            send_expected(update.sql, update.params(values, {"id": row.id, "state": CallState.DISPATCHED}))
+            ledger.send_completion(row, fields)  # the store raises LeaseLost on its NothingUpdated
             # Its event now, in order with the batch's others; LeaseLost rolls them all back.
             self._applied(row, expect=CallState.DISPATCHED, event="tool.completed", event_data=event_data,
                           fields=fields)

@@ -1,0 +1,18 @@
+"""Handing a run to the workers: its next task on the `runs` queue, after the commit that made it ready."""
+
+from __future__ import annotations
+
+from uuid import UUID
+
+from django.db import transaction
+
+
+def enqueue_on_commit(run_id: UUID | str, *, resume: bool = False) -> None:
+    transaction.on_commit(lambda: enqueue(run_id, resume=resume))
+
+
+def enqueue(run_id: UUID | str, *, resume: bool = False) -> None:
+    # Imported here: apps.runs.tasks imports the worker and decisions modules, which import this one.
+    from apps.runs import tasks
+
+    (tasks.resume_run if resume else tasks.execute_run).delay(str(run_id))
