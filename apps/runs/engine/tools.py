@@ -20,6 +20,7 @@ from pydantic_ai.messages import ModelRequest, ToolReturnPart
 
 from apps.agents.policy import decide
 from apps.agents.prompts import wrap_tool_output
+from apps.core import log_context
 from apps.registry.arguments import copied_from, url_problem
 from apps.registry.builtin import is_builtin
 from apps.registry.pool import PendingCall, ToolCallFailed, ToolCallTimeout, call_spec, call_tool, pool
@@ -319,7 +320,13 @@ def taint_by(store: Store, *, tool: dict[str, Any] | None, row: ToolCall, flagge
 def _call(store: Store, *, tool: dict[str, Any] | None, row: ToolCall, arguments: dict[str, Any],
           agent: dict[str, Any] | None = None, pending: PendingCall | None = None):
     """(result, "") or (None, error); None when a non-read call timed out (outcome unknown). `pending`: the
-    first attempt, already sent (`EarlyRead`)."""
+    first attempt, already sent (`EarlyRead`). Log lines written meanwhile carry the call's id."""
+    with log_context.bind(tool_call_id=row.id):
+        return _call_tool(store, tool=tool, row=row, arguments=arguments, agent=agent, pending=pending)
+
+
+def _call_tool(store: Store, *, tool: dict[str, Any] | None, row: ToolCall, arguments: dict[str, Any],
+               agent: dict[str, Any] | None, pending: PendingCall | None):
     if tool is None:
         return None, f"{row.qualified_name} is not a known tool."
     attempts = READ_RETRIES + 1 if tool.get("risk") == "read" else 1
