@@ -17,6 +17,7 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart
 
 from apps.core import tracing
 from apps.core.metrics import STEP_SECONDS
+from apps.runs.engine import second_opinion
 from apps.runs.engine.errors import StopRun
 from apps.runs.engine.model import call_model, offered_tools
 from apps.runs.engine.process import ROUTING, end_turn, start_next
@@ -30,6 +31,7 @@ TASK_SECONDS = 30.0
 
 def advance(store: Store, *, max_steps: int = STEPS_PER_TASK, max_seconds: float = TASK_SECONDS) -> str:
     outcome = _advance(store, started=time.monotonic(), max_steps=max_steps, max_seconds=max_seconds)
+    second_opinion.settle(store)  # no verdict is left pending in this process when the task ends
     store.flush()  # nothing the store deferred stays behind when the task ends
     return outcome
 

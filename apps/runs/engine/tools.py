@@ -26,7 +26,7 @@ from apps.registry.builtin import is_builtin
 from apps.registry.pool import PendingCall, ToolCallFailed, ToolCallTimeout, call_spec, call_tool, pool
 from apps.registry.scanner import scan_text
 from apps.registry.schemas import arguments_problem, input_validator
-from apps.runs.engine import asking, server_requests
+from apps.runs.engine import asking, second_opinion, server_requests
 from apps.runs.engine.errors import LeaseLost, StopRun, backoff_delay
 from apps.runs.engine.limits import REPEAT_LIMIT
 from apps.runs.engine.model import facts
@@ -103,6 +103,8 @@ def propose(store: Store, *, turn: RunStep, agent: dict[str, Any], row: ToolCall
                           error_class="permission")
         return
     tool = tools.get(row.qualified_name)
+    if (tool or {}).get("risk", "write") != "read":
+        second_opinion.settle(store)  # a write waits for the classifier's verdicts on what the run read
     grant = next((g for g in agent.get("grants", []) if g["tool"] == row.qualified_name), None)
     live = store.live_tool(row.qualified_name) if tool else None
     known = {"provenance": call_provenance(store, tool=tool, arguments=row.arguments),
@@ -301,6 +303,16 @@ def _dispatched(store: Store, *, agent: dict[str, Any], tool: dict[str, Any] | N
     if source:
         store.read_untrusted(payload.get("text", ""))
         store.taint(source, tool_call_id=str(row.id), tool=row.qualified_name)
+    elif not _trusted(store, tool=tool, row=row):
+        second_opinion.hand_over(store, row=row, text=scanned)
+
+
+def _trusted(store: Store, *, tool: dict[str, Any] | None, row: ToolCall) -> bool:
+    """An admin marked the tool's (or its server's) output trusted: no second opinion is asked for it."""
+    live = store.live_tool(row.qualified_name) if tool else None
+    if live is not None:
+        return bool(live.trusted_output or live.server.trusted_output)
+    return bool((tool or {}).get("trusted_output"))
 
 
 def taint_by(store: Store, *, tool: dict[str, Any] | None, row: ToolCall, flagged: bool) -> str:
