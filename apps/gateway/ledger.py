@@ -29,7 +29,6 @@ import uuid
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
 from datetime import timedelta
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +44,7 @@ from apps.gateway.ledger_process import ACK, HEADER
 from apps.gateway.models import GatewayKey, GatewaySession
 from apps.registry.models import Tool
 from apps.runs import ledger
-from apps.runs.ledger import CallRun, Outcome, append_event, events_now, publish_status
+from apps.runs.ledger import CallRun, Outcome, events_now, publish_status
 from apps.runs.models import CallState, Run, RunStatus, RunStep, StepKind, ToolCall
 
 logger = logging.getLogger(__name__)
@@ -132,26 +131,16 @@ def open_session(*, key_id: str, bucket: str, session_id: str, client_name: str,
     label = f"gateway key {key.name}"
     client = client_name or "MCP client"
     with transaction.atomic():
-        run = Run.objects.create(
-            org_id=key.org_id, crew=None, crew_name=f"Gateway · {key.name}"[:100], status=RunStatus.RUNNING,
+        run, turn, step = ledger.open_host_run(
+            org_id=key.org_id, agent_id=key.agent_id, agent_name=key.agent.name, name=f"Gateway · {key.name}",
+            started_by_id=key.created_by_id, started_by=label, client=client,
             inputs={"client": client, "protocol_version": protocol_version, "session": session_id or "stateless"},
-            snapshot={"gateway": {"key_id": str(key.id), "key_name": key.name, "agent_id": str(key.agent_id),
-                                  "agent_name": key.agent.name},
-                      "agents": {str(key.agent_id): {"id": str(key.agent_id), "name": key.agent.name}},
-                      "tools": {}},
-            started_by_id=key.created_by_id, started_by_label=label, started_at=now, state={}, cost_usd=Decimal(0))
-        turn = RunStep.objects.create(org_id=key.org_id, run=run, position=1, kind=StepKind.AGENT,
-                                      agent_id=key.agent_id, agent_name=key.agent.name, task="gateway session",
-                                      status="running", started_at=now)
-        step = RunStep.objects.create(org_id=key.org_id, run=run, parent=turn, position=2, kind=StepKind.LLM,
-                                      agent_id=key.agent_id, agent_name=key.agent.name, task="gateway session",
-                                      provider="mcp-gateway", model=client[:200], cost_usd=Decimal(0),
-                                      price_source="gateway: the host's own model, not billed here",
-                                      started_at=now, finished_at=now)
+            gateway={"key_id": str(key.id), "key_name": key.name, "agent_id": str(key.agent_id),
+                     "agent_name": key.agent.name},
+            gateway_key=key.name, protocol_version=protocol_version)
         session = GatewaySession.objects.create(org_id=key.org_id, key=key, run=run, session_id=session_id,
                                                 client_name=client[:200], protocol_version=protocol_version,
                                                 last_seen_at=now)
-        append_event(run.id, "run.started", gateway_key=key.name, client=client, protocol_version=protocol_version)
         audit.record(org_id=key.org_id, actor=GatewayActor(f"gateway:{key.name}", ip), action="gateway.session_started",
                      target=run, target_label=run.crew_name,
                      data={"client": client, "protocol_version": protocol_version, "agent": key.agent.name})
@@ -169,11 +158,8 @@ def end_session(*, session_pk: str, status: str = RunStatus.SUCCEEDED, reason: s
     calls = ToolCall.objects.filter(run_id=session.run_id).count()
     with transaction.atomic():
         GatewaySession.objects.filter(id=session_pk).update(ended_at=timezone.now())
-        RunStep.objects.filter(run_id=session.run_id, kind=StepKind.AGENT, status="running").update(
-            status="done", status_reason=reason[:500], finished_at=timezone.now())
-        ledger.finish_run(session.run_id, org_id=session.org_id, status=status,
-                          output=f"{calls} tool call(s) through the gateway.",
-                          error=reason if status != "succeeded" else "")
+        ledger.close_host_run(session.run_id, org_id=session.org_id, status=status, reason=reason,
+                              output=f"{calls} tool call(s) through the gateway.")
 
 
 def sessions_to_end(*, idle_before, limit: int = 100) -> list[str]:

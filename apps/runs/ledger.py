@@ -40,7 +40,7 @@ from apps.notifications.services import notify
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.engine.hashing import args_hash
 from apps.runs.lease import SWEPT, lease_seconds
-from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, ToolCall
+from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
 from apps.runs.outcome import writes_not_done
 
 APPROVAL_TTL = timedelta(hours=24)
@@ -545,6 +545,38 @@ def claim_run(run_id: str, owner: str) -> Run | None:
 
 
 # --- the run's end -----------------------------------------------------------------------------------------
+
+def open_host_run(*, org_id: Any, agent_id: Any, agent_name: str, name: str, started_by_id: Any, started_by: str,
+                  inputs: dict[str, Any], gateway: dict[str, Any], client: str,
+                  **started: Any) -> tuple[Run, RunStep, RunStep]:
+    """A run for an outside MCP host's session (the gateway's): running from the start, one agent turn and one
+    host "model" step that its tool calls hang from (the host's own model, never billed here), and its
+    `run.started` event with `started` (the key, the client, the protocol). The caller's transaction."""
+    now = timezone.now()
+    run = Run.objects.create(
+        org_id=org_id, crew=None, crew_name=name[:100], status=RunStatus.RUNNING, inputs=inputs,
+        snapshot={"gateway": gateway, "agents": {str(agent_id): {"id": str(agent_id), "name": agent_name}},
+                  "tools": {}},
+        started_by_id=started_by_id, started_by_label=started_by, started_at=now, state={}, cost_usd=Decimal(0))
+    turn = RunStep.objects.create(org_id=org_id, run=run, position=1, kind=StepKind.AGENT, agent_id=agent_id,
+                                  agent_name=agent_name, task="gateway session", status="running", started_at=now)
+    step = RunStep.objects.create(org_id=org_id, run=run, parent=turn, position=2, kind=StepKind.LLM,
+                                  agent_id=agent_id, agent_name=agent_name, task="gateway session",
+                                  provider="mcp-gateway", model=client[:200], cost_usd=Decimal(0),
+                                  price_source="gateway: the host's own model, not billed here",
+                                  started_at=now, finished_at=now)
+    append_event(run.id, "run.started", client=client, **started)
+    return run, turn, step
+
+
+def close_host_run(run_id: Any, *, org_id: Any, status: str, output: str, reason: str = "") -> None:
+    """Ends a host session's run: its turn is done, then `finish_run` (pending approvals expire)."""
+    with transaction.atomic():
+        RunStep.objects.filter(run_id=run_id, kind=StepKind.AGENT, status="running").update(
+            status="done", status_reason=reason[:500], finished_at=timezone.now())
+        finish_run(run_id, org_id=org_id, status=status, output=output,
+                   error=reason if status != RunStatus.SUCCEEDED else "")
+
 
 def finish_run(run_id: Any, *, org_id: Any, status: str, output: str = "", error: str = "", error_class: str = "",
                lease_owner: str = "", emit: Emit | None = None) -> Run | None:

@@ -38,7 +38,7 @@ class AgentActor:
     ip: None = None
 
 
-class Ledger:
+class ToolCalls:
     def last_calls(self, turn: RunStep) -> list[ToolCall]:
         """The ledger rows of the turn's last model call: as this store created them (set_call keeps them
         current), or, in a new task, from the table in one query (with their approvals)."""

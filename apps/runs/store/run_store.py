@@ -40,7 +40,7 @@ from apps.runs.lease import LeaseHeartbeat, lease_seconds
 from apps.runs.ledger import Totals, publish_status, send_events
 from apps.runs.messages import dump_messages, load_messages
 from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
-from apps.runs.store.calls import Ledger
+from apps.runs.store.calls import ToolCalls
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
     run_read,
@@ -59,7 +59,7 @@ _APPEND_MESSAGES_SQL = "UPDATE runs_runstep SET messages = messages || %s::jsonb
 UNTRUSTED_KEPT = 256 * 1024  # characters of untrusted results kept per run for the copied-argument check
 
 
-class RunStore(Ledger):
+class RunStore(ToolCalls):
     def __init__(self, run_id: str, lease_owner: str, *, run: Run | None = None) -> None:
         """`run`: the row as the caller read it just now (the claim), so the first step need not read it."""
         self.run_id, self.lease_owner = str(run_id), lease_owner
