@@ -57,6 +57,25 @@ def usage_rows(*, org_id: UUID | str, since: datetime | None = None, until: date
     return rows
 
 
+@dataclass(frozen=True)
+class RunSpend:
+    """One run's model calls (oldest first) and their total, as the costs page shows them for `?run=`."""
+
+    calls: list[UsageRecord]
+    total: SpendRow
+
+
+def run_spend(*, org_id: UUID | str, run_id: UUID | str) -> RunSpend:
+    """The usage rows of one run of this organisation and their sum (unknown prices counted, never summed)."""
+    calls = list(usage_rows(org_id=org_id).filter(run_id=run_id).order_by("created_at", "id"))
+    known = [c.cost_usd for c in calls if c.cost_usd is not None]
+    total = SpendRow(key=str(run_id), label="this run", runs=1 if calls else 0, calls=len(calls),
+                     tokens_in=sum(c.input_tokens for c in calls), tokens_cached=sum(c.cached_tokens for c in calls),
+                     tokens_out=sum(c.output_tokens for c in calls), cost_usd=sum(known, ZERO) if known else None,
+                     unknown_calls=len(calls) - len(known))
+    return RunSpend(calls=calls, total=total)
+
+
 SUMS = ("runs", "calls", "tokens_in", "tokens_cached", "tokens_out", "cost", "unknown_calls")
 RUNS_COLUMN = {"agent": "runs_agent", "model": "runs_model", "provider": "runs_provider"}  # others: "runs"
 GROUP_FIELD = {"crew": "crew_id", "agent": "agent_id"}

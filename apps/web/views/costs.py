@@ -16,6 +16,7 @@ from apps.costs.models import BudgetScope
 from apps.crews import selectors as crews
 from apps.demo.services import EXAMPLE_PRICE_NOTE
 from apps.runs import history
+from apps.runs import selectors as runs
 from apps.web.access import member_required, post_only
 from apps.web.forms import BudgetForm, CostRangeForm, PriceForm, apply_domain_errors
 
@@ -34,7 +35,11 @@ def cost_range(request: HttpRequest) -> tuple[CostRangeForm, datetime, datetime,
 
 @member_required()
 def costs(request: HttpRequest) -> HttpResponse:
-    return render(request, "web/costs/page.html", costs_context(request))
+    context = costs_context(request)
+    if request.GET.get("run"):  # the run page's "costs of this run": its model calls and their total
+        run = runs.get_run(org_id=request.actor.org_id, run_id=request.GET["run"])  # NotFound: 404
+        context.update(run=run, run_spend=selectors.run_spend(org_id=request.actor.org_id, run_id=run.id))
+    return render(request, "web/costs/page.html", context)
 
 
 def costs_context(request: HttpRequest, *, price_form: PriceForm | None = None,
