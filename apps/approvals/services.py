@@ -55,7 +55,8 @@ def notification_payload(request: ApprovalRequest) -> dict[str, Any]:
             "run_id": str(request.run_id) if request.run_id else None, "risk": request.risk, "reason": request.reason,
             "tool": request.tool.qualified_name if request.tool_id and request.tool else None,
             "decided_by": request.decided_by_label, "comment": request.comment,
-            "expires_at": request.expires_at.isoformat() if request.expires_at else None}
+            "expires_at": request.expires_at.isoformat() if request.expires_at else None,
+            **({"ask": request.context.get("ask") or "approvers"} if request.kind == ApprovalKind.QUESTION else {})}
 
 
 def publish_inbox_count(*, org_id: UUID | str) -> None:

@@ -8,8 +8,12 @@ counts toward M of N as that person and separation of duties holds exactly as in
 The link needs no sign-in: the token is the credential, and it is worth one decision on one
 request by one person, until the request is decided or expires.
 
-Runs sit above notifications, so `decide_by_link` imports runs' service lazily; nothing else
-here reaches upward.
+An agent's question (`human.ask`) is mailed the same way to the people of its group: one link per
+person to a page that shows the question (GET) and takes the answer (POST, CSRF), answering as that
+member through runs' `questions.answer`, so the group check and the run's resume are the inbox's.
+
+Runs sit above notifications, so `decide_by_link` and `answer_by_link` import runs' services lazily;
+nothing else here reaches upward.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from apps.core.errors import Conflict, NotFound
 from apps.notifications.models import ApprovalLink, Notification
 
 DECISIONS = ("approve", "reject", "respond")
+MAILED_KINDS = ("tool_call", "question")  # the kinds whose email carries each person's own links
 
 
 def token_hash(token: str) -> str:
@@ -79,7 +84,38 @@ def send_approval_emails(*, notification: Notification) -> int:
                .filter(org_id=notification.org_id, id=notification.payload.get("approval_id")).first())
     if request is None:
         return 0
+    if request.kind == "question":
+        return mail_question(request=request, emails=notification.email_to)
     return mail_request(request=request, emails=notification.email_to, reason="request")
+
+
+def mail_question(*, request: Any, emails: list[str]) -> int:
+    """Mails a pending question to those of `emails` who are in its group (`context["ask"]`), each with
+    their own answer link. Returns how many mails were sent."""
+    from apps.accounts.models import Membership
+    from apps.approvals.questions import GROUP_ROLES
+
+    if not request.is_pending:
+        return 0
+    roles = GROUP_ROLES.get(request.context.get("ask") or "approvers") or ("owner", "admin", "approver")
+    members = (Membership.objects.select_related("user")
+               .filter(org_id=request.org_id, user__email__in=emails, role__in=roles))
+    inbox_url = settings.AIRLOCK_BASE_URL.rstrip("/") + reverse("web:inbox")
+    sent = 0
+    for membership in members:
+        token = issue_link(request=request, membership=membership)
+        if token is None:
+            continue
+        context = {"request": request, "question": request.context.get("question", request.title),
+                   "choices": request.context.get("choices") or [], "member": membership,
+                   "answer_url": link_url(token), "inbox_url": inbox_url}
+        message = EmailMultiAlternatives(subject=f"[Airlock] Question: {request.title}"[:200],
+                                         body=render_to_string("web/approvals/question_email.txt", context),
+                                         to=[membership.user.email])
+        message.attach_alternative(render_to_string("web/approvals/question_email.html", context), "text/html")
+        message.send(fail_silently=False)
+        sent += 1
+    return sent
 
 
 def mail_request(*, request: Any, emails: list[str], reason: str) -> int:
@@ -179,6 +215,28 @@ def decide_by_link(*, token: str, decision: str, comment: str = "") -> Any:
         request = decide_approval(actor=link_actor(link), approval_id=link.approval_id, decision=decision,
                                   comment=comment, expected_args_hash=link.args_hash)
         link.used_at, link.used_for = timezone.now(), decision
+        link.save(update_fields=["used_at", "used_for", "updated_at"])
+    return request
+
+
+def answer_by_link(*, token: str, text: str) -> Any:
+    """Answers the link's question as its member (the group check and the run's resume are runs'
+    `questions.answer`). Marks the link used in the same transaction. Returns the request. Raises
+    NotFound, Conflict (used, answered, expired), PermissionDenied (not in the group), ValidationFailed."""
+    from apps.runs.questions import answer
+
+    with transaction.atomic():
+        link = (ApprovalLink.objects.select_for_update(of=("self",)).select_related("membership__user")
+                .filter(token_hash=token_hash(token)).first())
+        if link is None:
+            raise NotFound("This link is not valid. Open the inbox instead.")
+        opened = open_link(token=token)
+        if opened.request.kind != "question":
+            raise Conflict("This link is for a held call, not a question.")
+        if opened.problem:
+            raise Conflict(opened.problem)
+        request = answer(actor=link_actor(link), approval_id=link.approval_id, text=text)
+        link.used_at, link.used_for = timezone.now(), "answer"
         link.save(update_fields=["used_at", "used_for", "updated_at"])
     return request
 

@@ -127,8 +127,9 @@ class Audience:
 
 
 def audience(org_id: UUID | str, payload: dict[str, Any]) -> Audience | None:
-    """The route's audience for an `approval.requested` of a tool call; None: no route, the defaults apply."""
-    if payload.get("kind") != "tool_call" or not ApprovalRoute.objects.filter(org_id=org_id).exists():
+    """The route's audience for an `approval.requested` of a tool call or a question (a question has no
+    risk: the crew's route, or one for any risk); None: no route, the defaults apply."""
+    if payload.get("kind") not in ("tool_call", "question") or not ApprovalRoute.objects.filter(org_id=org_id).exists():
         return None  # one query on a held call in an org without routes (the crew lookup is skipped)
     route = route_for(org_id, crew_id=crew_of(org_id, payload.get("run_id")), risk=payload.get("risk") or "")
     if route is None:

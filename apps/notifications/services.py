@@ -55,6 +55,7 @@ CLAIM_S = 60  # an attempt in flight holds the row this long (a dead worker's at
 TIMEOUT_S = 10
 APPROVER_ROLES = ("owner", "admin", "approver")
 SLACK_EVENTS = ("approval.requested", "approval.decided")
+MAILED_KINDS = ("tool_call", "question")  # held calls and agents' questions: each person's own links, Slack
 
 
 # --- notify ---------------------------------------------------------------------------------------
@@ -69,8 +70,8 @@ def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any]) -> Notifi
         raise ValueError(f"Event names are dotted lowercase words, not {event!r}.")
 
     hooks = [h for h in Webhook.objects.filter(org_id=org_id, enabled=True) if h.wants(event)]
-    emails = _email_recipients(org_id, event)
-    slack = (event in SLACK_EVENTS and payload.get("kind") == "tool_call"
+    emails = _email_recipients(org_id, event, payload)
+    slack = (event in SLACK_EVENTS and payload.get("kind") in MAILED_KINDS
              and SlackConnection.objects.filter(org_id=org_id, enabled=True).exists())
     if event == "approval.requested":
         from apps.notifications.routing import audience
@@ -108,13 +109,17 @@ def _enqueue_slack(org_id: UUID | str, approval_id: str, event: str) -> None:
     task.delay(str(org_id), approval_id)
 
 
-def _email_recipients(org_id: UUID | str, event: str) -> list[str]:
-
+def _email_recipients(org_id: UUID | str, event: str, payload: dict[str, Any]) -> list[str]:
+    """The approvers, or for a new question the people of its group (`ask`), when the org mails the event."""
     preference = EmailPreference.objects.filter(org_id=org_id).first()
     if preference is None or event not in preference.events:
         return []
-    return sorted(Membership.objects.filter(org_id=org_id, role__in=APPROVER_ROLES)
-                  .values_list("user__email", flat=True))
+    roles = APPROVER_ROLES
+    if event == "approval.requested" and payload.get("kind") == "question":
+        from apps.approvals.questions import GROUP_ROLES  # approvals sit above notifications
+
+        roles = GROUP_ROLES.get(payload.get("ask") or "approvers") or APPROVER_ROLES
+    return sorted(Membership.objects.filter(org_id=org_id, role__in=roles).values_list("user__email", flat=True))
 
 
 # --- webhooks -------------------------------------------------------------------------------------
@@ -281,10 +286,10 @@ def send_email(*, notification_id: UUID | str) -> bool:
     notification = Notification.objects.get(id=notification_id)
     if not notification.email_to:
         return False
-    if notification.event == "approval.requested" and notification.payload.get("kind") == "tool_call":
+    if notification.event == "approval.requested" and notification.payload.get("kind") in MAILED_KINDS:
         from apps.notifications.approval_links import send_approval_emails
 
-        return send_approval_emails(notification=notification) > 0  # each approver's own links
+        return send_approval_emails(notification=notification) > 0  # each person's own links
     label = EVENTS.get(notification.event, notification.event)
     lines = [f"{label}.", ""] + [f"{k}: {v}" for k, v in sorted(notification.payload.items())
                                  if isinstance(v, str | int | float) and k not in ("arguments",)]

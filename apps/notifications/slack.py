@@ -8,6 +8,10 @@ Slack signature on a timestamp inside Slack's five-minute window
 (`slack_sdk.signature.SignatureVerifier`), and its user only through the email Slack says is
 verified (users.info), matched to a member who may decide approvals. Runs sit above notifications:
 `handle_interaction` imports runs' decide service lazily.
+
+An agent's question (`human.ask`) is posted the same way with one "Answer" button: it opens a form
+(a modal) whose submission answers the question as the member, through runs' `questions.answer`,
+which checks that the member is in the question's group.
 """
 
 from __future__ import annotations
@@ -129,9 +133,32 @@ def _request(org_id: UUID | str, approval_id: UUID | str) -> Any:
             .filter(org_id=org_id, id=approval_id).first())
 
 
+def question_blocks(request: Any, *, interactive: bool) -> list[dict[str, Any]]:
+    """Who asks, the question and its suggested answers; the Answer button while pending, else who answered."""
+    context = request.context or {}
+    lead = f"*{context.get('agent') or 'An agent'}* asks {context.get('ask') or 'approvers'}"
+    lead += f" (crew {context['crew']})" if context.get("crew") else ""
+    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": f"{lead}:\n>{context.get('question', '')}"}}]
+    if context.get("choices"):
+        blocks.append({"type": "context", "elements": [
+            {"type": "mrkdwn", "text": "Suggested: " + ", ".join(str(c) for c in context["choices"])}]})
+    if interactive:
+        blocks.append({"type": "actions", "block_id": "airlock_question", "elements": [
+            {"type": "button", "action_id": "airlock_answer", "style": "primary", "value": str(request.id),
+             "text": {"type": "plain_text", "text": "Answer"}}]})
+    else:
+        answer = (request.answer or {}).get("text", "")
+        text = decided_text(request) + (f" “{answer}”" if answer else "")
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": text}]})
+    return blocks
+
+
 def message_blocks(request: Any, *, interactive: bool) -> list[dict[str, Any]]:
     """Tool, risk, why it waits, arguments, who asked; the buttons while it is pending, else who decided."""
     from apps.audit.redaction import redact
+
+    if request.kind == "question":
+        return question_blocks(request, interactive=interactive)
 
     tool = request.tool.qualified_name if request.tool_id and request.tool else request.title
     asked = request.requested_by_user.email if request.requested_by_user_id else "a schedule or trigger"
@@ -171,8 +198,9 @@ def post_approval(*, approval_id: UUID | str, org_id: UUID | str) -> SlackPost |
             SlackPost.objects.filter(approval_id=request.id).exists():
         return None
     channel = channel_for(connection, request)
+    lead = "Question" if request.kind == "question" else "Approval needed"
     answer = client(connection).chat_postMessage(
-        channel=channel, text=f"Approval needed: {request.title}", blocks=message_blocks(request, interactive=True))
+        channel=channel, text=f"{lead}: {request.title}", blocks=message_blocks(request, interactive=True))
     post = SlackPost.objects.create(org_id=org_id, approval_id=request.id, channel=answer["channel"], ts=answer["ts"])
     request.refresh_from_db(fields=["status"])
     if not request.is_pending:  # decided while the post was on its way: the update found no post to change
@@ -234,8 +262,9 @@ def verify(connection: SlackConnection, *, body: bytes, headers: dict[str, str])
         return False
 
 
-def member_for(connection: SlackConnection, slack_user_id: str) -> Actor:
-    """The member this Slack user is, by the email Slack has verified. Raises PermissionDenied."""
+def member_for(connection: SlackConnection, slack_user_id: str, *, deciding: bool = True) -> Actor:
+    """The member this Slack user is, by the email Slack has verified; with `deciding`, one who may decide
+    approvals (a question's group is checked by the answer itself). Raises PermissionDenied."""
     from apps.accounts.models import Membership
 
     try:
@@ -251,7 +280,7 @@ def member_for(connection: SlackConnection, slack_user_id: str) -> Actor:
         raise PermissionDenied(f"{email} is not a member of this Airlock organisation.")
     actor = Actor(org_id=connection.org_id, role=membership.role, label=f"{membership.user.email} (Slack)",
                   user_id=membership.user_id)
-    if not actor.can("approvals.decide"):
+    if deciding and not actor.can("approvals.decide"):
         raise PermissionDenied(f"Your role ({membership.role}) does not allow deciding approvals.")
     return actor
 
@@ -264,6 +293,62 @@ def open_answer_form(connection: SlackConnection, *, trigger_id: str, approval_i
         "submit": {"type": "plain_text", "text": "Send to the agent"},
         "blocks": [{"type": "input", "block_id": "answer", "label": {"type": "plain_text", "text": "Your answer"},
                     "element": {"type": "plain_text_input", "action_id": "answer", "multiline": True}}]})
+
+
+def open_question_form(connection: SlackConnection, *, trigger_id: str, request: Any) -> None:
+    """A modal showing the question and asking for the answer."""
+    question = (request.context or {}).get("question", request.title)
+    client(connection).views_open(trigger_id=trigger_id, view={
+        "type": "modal", "callback_id": "airlock_answer", "private_metadata": str(request.id),
+        "title": {"type": "plain_text", "text": "Answer the question"},
+        "submit": {"type": "plain_text", "text": "Send the answer"},
+        "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": f">{question[:ARGUMENTS_SHOWN]}"}},
+                   {"type": "input", "block_id": "answer", "label": {"type": "plain_text", "text": "Your answer"},
+                    "element": {"type": "plain_text_input", "action_id": "answer", "multiline": True}}]})
+
+
+def _form_text(payload: dict[str, Any]) -> str:
+    values = (((payload.get("view") or {}).get("state") or {}).get("values") or {}).get("answer") or {}
+    return ((values.get("answer") or {}).get("value") or "").strip()
+
+
+def handle_question(connection: SlackConnection, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The Answer button (opens the form, for a member in the question's group) or the form's submission
+    (answers as the member through runs' `questions.answer`). Errors go back into the form, or to the
+    person alone in the channel."""
+    from apps.approvals.questions import may_answer
+    from apps.runs.questions import answer
+
+    submitted = payload.get("type") == "view_submission"
+    approval_id = (payload["view"].get("private_metadata", "") if submitted
+                   else ((payload.get("actions") or [{}])[0]).get("value", ""))
+    try:
+        actor = member_for(connection, (payload.get("user") or {}).get("id", ""), deciding=False)
+        if not submitted:
+            request = _request(connection.org_id, approval_id) if _is_uuid(approval_id) else None
+            if request is None or request.kind != "question":
+                raise NotFound("No such question.")
+            if not may_answer(actor, request):
+                raise PermissionDenied(f"This question is for {request.context.get('ask') or 'approvers'}; "
+                                       f"your role ({actor.role}) is not among them.")
+            if not request.is_pending:
+                raise Conflict(decided_text(request))
+            open_question_form(connection, trigger_id=payload.get("trigger_id", ""), request=request)
+            return None
+        answer(actor=actor, approval_id=approval_id, text=_form_text(payload))
+    except (Conflict, PermissionDenied, ValidationFailed, NotFound) as exc:
+        if submitted:
+            return {"response_action": "errors", "errors": {"answer": exc.message}}
+        tell(connection, payload, exc.message)
+    return None
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        UUID(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 def handle_interaction(*, connection_id: UUID | str, body: bytes, headers: dict[str, str],
@@ -279,6 +364,10 @@ def handle_interaction(*, connection_id: UUID | str, body: bytes, headers: dict[
         raise PermissionDenied("The request's Slack signature or timestamp is not valid.")
     kind = payload.get("type")
     user_id = (payload.get("user") or {}).get("id", "")
+    first = (payload.get("actions") or [{}])[0] if kind == "block_actions" else {}
+    if first.get("action_id") == "airlock_answer" or (
+            kind == "view_submission" and (payload.get("view") or {}).get("callback_id") == "airlock_answer"):
+        return handle_question(connection, payload)
     if kind == "block_actions":
         action = (payload.get("actions") or [{}])[0]
         decision, approval_id, comment = ACTIONS.get(action.get("action_id", "")), action.get("value", ""), ""

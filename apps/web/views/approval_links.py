@@ -30,6 +30,8 @@ def approval_link(request: HttpRequest, token: str) -> HttpResponse:
     context = {"opened": opened, "want": request.GET.get("do", ""), "comment": "",
                "arguments": json.dumps(opened.request.approved_arguments or opened.request.arguments, indent=2,
                                        sort_keys=True, ensure_ascii=False, default=str)}
+    if opened.request.kind == "question":
+        return _question(request, token, opened)
     status = 200
     if request.method == "POST":
         decision, comment = request.POST.get("decision", ""), request.POST.get("comment", "").strip()[:4000]
@@ -47,3 +49,20 @@ def approval_link(request: HttpRequest, token: str) -> HttpResponse:
     # The token is in the URL: the site's Referrer-Policy (same-origin) keeps it from other sites. Not
     # no-referrer: browsers then send `Origin: null` with the form's POST, which CSRF rightly refuses.
     return render(request, "web/approvals/link.html", context, status=status)
+
+
+def _question(request: HttpRequest, token: str, opened: approval_links.OpenedLink) -> HttpResponse:
+    """A mailed question: GET shows it and the answer form; the POST answers as the link's member."""
+    context = {"opened": opened, "answer": "", "question": opened.request.context.get("question", ""),
+               "choices": opened.request.context.get("choices") or []}
+    status = 200
+    if request.method == "POST":
+        text = request.POST.get("answer", "")
+        try:
+            approval_links.answer_by_link(token=token, text=text)
+            context["done"] = "Your answer was sent to the agent."
+        except (Conflict, PermissionDenied, ValidationFailed) as exc:
+            context.update(error=exc.message, answer=text, errors=getattr(exc, "errors", {}) or {})
+            status = 403 if isinstance(exc, PermissionDenied) else 409 if isinstance(exc, Conflict) else 422
+        context["opened"] = approval_links.open_link(token=token)
+    return render(request, "web/approvals/question_link.html", context, status=status)
