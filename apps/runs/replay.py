@@ -7,12 +7,17 @@
   carried over, so only that turn and what follows run again. The parent is never written. Forking works for
   sequential crews and tried agents: a supervisor's routing is decided by its model turn by turn, so there is
   no task cursor to rewind to (re-run such a run instead).
+- `fork_call`: time travel to one model call. A new run that replays the parent's history up to one of its model
+  calls with one tool call's arguments edited (checked against the tool's input schema), then runs those calls
+  under policy as any call (a held write is held again) and goes on; the engine plays the replayed call
+  (apps/runs/engine/replaying.py) instead of asking the model.
 - `compare`: two runs side by side (reads only).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -27,6 +32,7 @@ from apps.core.errors import Conflict, ValidationFailed
 from apps.costs import selectors as budgets
 from apps.runs import history, queue, selectors, services, trial
 from apps.runs.ledger import append_event, publish_status
+from apps.runs.messages import dump_messages, load_messages
 from apps.runs.models import CallState, Run, RunOrigin, RunStep, StepKind, ToolCall
 
 MAX_PROMPT = 20_000
@@ -108,6 +114,112 @@ def fork(*, actor: Actor, run_id: UUID | str, step: int, prompt: str | None = No
         publish_status(run)
         queue.enqueue_on_commit(run.id)
     return run
+
+
+def fork_call(*, actor: Actor, run_id: UUID | str, tool_call_id: UUID | str, arguments: Any) -> Run:
+    """A new run that replays the parent up to the model call that proposed `tool_call_id`, with that call's
+    arguments replaced by `arguments`, and goes on from there under policy. Field errors as `tool_call`,
+    `arguments` and `arguments.<path>`. Raises Conflict (not finished), NotFound, PermissionDenied."""
+    actor.require("runs.start")
+    parent = selectors.get_run(org_id=actor.org_id, run_id=run_id)
+    _finished(parent, "forked")
+    snapshot = copy.deepcopy(parent.snapshot)
+    crew = snapshot.get("crew") or {}
+    if crew.get("process") != "sequential":
+        raise ValidationFailed("A supervisor crew's run cannot be forked from a step: its routing has no task "
+                               "to rewind to. Re-run it instead.", {"tool_call": "Not available for supervisor crews."})
+    call = (ToolCall.objects.select_related("step__parent").filter(run=parent, id=tool_call_id).first()
+            if _is_uuid(tool_call_id) else None)
+    names = [t["name"] for t in crew.get("tasks", [])]
+    if call is None or call.step.parent is None or call.step.parent.task not in names:
+        raise ValidationFailed("Pick one of the run's tool calls.", {"tool_call": "Not a tool call of this run."})
+    _check_arguments(snapshot.get("tools", {}).get(call.qualified_name) or {}, arguments)
+    llm, turn = call.step, call.step.parent
+    replayed = _replayed_history(turn, llm, call, arguments, snapshot.get("tools", {}).get(call.qualified_name))
+    index = names.index(turn.task)
+    clean = services.clean_inputs(crew.get("inputs") or [], dict(parent.inputs))
+    refusal = budgets.start_refusal(org_id=actor.org_id, crew_id=parent.crew_id,
+                                    agent_ids=list(snapshot.get("agents") or {}))
+    if refusal:
+        raise ValidationFailed(refusal, {"tool_call": refusal})
+    before = (parent.state or {}).get("outputs") or {}
+    outputs = {name: before[name] for name in names[:index] if name in before}
+    state: dict[str, Any] = {"task_index": index, "outputs": outputs,
+                             "replay": {"task": turn.task, "messages": replayed, "provider": llm.provider,
+                                        "model": llm.model, "tool_call_id": str(call.id)}}
+    if index and names[index - 1] in outputs:
+        state["last_output"] = outputs[names[index - 1]]
+    edits = {"tool_call": str(call.id), "tool": call.qualified_name,
+             "arguments": sorted(k for k in set(arguments) | set(call.arguments)
+                                 if arguments.get(k) != call.arguments.get(k))}
+    with transaction.atomic():
+        run = Run.objects.create(org_id=actor.org_id, crew_id=parent.crew_id, crew_name=parent.crew_name,
+                                 inputs=clean, snapshot=snapshot, started_by_id=actor.user_id,
+                                 started_by_label=actor.label, state=state, origin=RunOrigin.FORK, parent=parent,
+                                 parent_step=llm.position)
+        append_event(run.id, "run.queued", crew=run.crew_name, inputs=clean, by=actor.label, origin=RunOrigin.FORK,
+                     parent_id=str(parent.id), parent_step=llm.position, task=turn.task, edited=edits)
+        audit.record(org_id=actor.org_id, actor=actor, action="run.forked", target=run, target_label=run.crew_name,
+                     data={"parent_id": str(parent.id), "step": llm.position, "task": turn.task, "edited": edits})
+        publish_status(run)
+        queue.enqueue_on_commit(run.id)
+    return run
+
+
+def _is_uuid(value: Any) -> bool:
+    try:
+        UUID(str(value))
+    except ValueError:
+        return False
+    return True
+
+
+def _check_arguments(tool: dict[str, Any], arguments: Any) -> None:
+    """The edited arguments against the tool's input schema (from the parent's snapshot), field by field."""
+    import jsonschema
+
+    if not isinstance(arguments, dict):
+        raise ValidationFailed("The arguments must be a JSON object.", {"arguments": "Enter a JSON object."})
+    schema = tool.get("input_schema") or {}
+    if not schema:
+        return
+    errors: dict[str, str] = {}
+    for error in sorted(jsonschema.Draft202012Validator(schema).iter_errors(arguments), key=lambda e: e.path):
+        where = ".".join(str(p) for p in error.absolute_path)
+        if not where and error.validator == "required":
+            where = error.message.split("'")[1] if "'" in error.message else ""
+        errors.setdefault(f"arguments.{where}" if where else "arguments", error.message)
+    if errors:
+        raise ValidationFailed("The arguments do not fit the tool's input schema.", errors)
+
+
+def _replayed_history(turn: RunStep, llm: RunStep, call: ToolCall, arguments: dict[str, Any],
+                      tool: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The turn's history up to and including the model response of `llm`, that call's arguments edited. The
+    response's calls lose the parent's idempotency keys: the fork's calls are new calls (fresh keys)."""
+    from pydantic_ai.messages import ModelResponse, ToolCallPart
+    from pydantic_ai.usage import RequestUsage
+
+    from apps.runs.engine.model import idempotency_argument
+
+    history = load_messages(turn.messages)
+    nth = RunStep.objects.filter(parent=turn, kind=StepKind.LLM, position__lt=llm.position).count()
+    responses = [i for i, m in enumerate(history) if isinstance(m, ModelResponse)]
+    if nth >= len(responses):
+        raise ValidationFailed("This call's model response is not in the run's history.",
+                               {"tool_call": "Its history was not kept."})
+    at = responses[nth]
+    slot = idempotency_argument(tool)
+    parts = []
+    for part in history[at].parts:
+        if isinstance(part, ToolCallPart):
+            args = dict(arguments) if part.tool_call_id == call.call_id else part.args_as_dict()
+            if slot and str(args.get(slot) or "").startswith("airlock-"):
+                args.pop(slot)
+            part = dataclasses.replace(part, args=args)
+        parts.append(part)
+    response = dataclasses.replace(history[at], parts=parts, usage=RequestUsage())
+    return dump_messages([*history[:at], response])
 
 
 # --- compare -------------------------------------------------------------------------------------

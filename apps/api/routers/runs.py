@@ -11,6 +11,7 @@ from apps.api import idempotency
 from apps.api.bodies import Body
 from apps.api.instants import Instant
 from apps.api.pagination import Pagination
+from apps.core.errors import ValidationFailed
 from apps.runs import replay, selectors, services, trial
 
 router = Router(tags=["runs"])
@@ -30,9 +31,11 @@ class TrialIn(Body):
 
 
 class ForkIn(Body):
-    step: int
+    step: int | None = None
     prompt: str | None = None
     inputs: dict[str, Any] = {}
+    tool_call_id: UUID | None = None  # with `arguments`: fork from the model call that proposed this tool call
+    arguments: dict[str, Any] | None = None
 
 
 class RunOut(Schema):
@@ -119,7 +122,14 @@ def rerun(request, run_id: UUID):
 @router.post("/{run_id}/fork", response={201: RunOut})
 def fork(request, run_id: UUID, payload: ForkIn):
     """A new run from the agent turn at position `step` on, with this run's configuration, and optionally a
-    new `prompt` for that turn's task and changed `inputs`; this run is left as it is."""
+    new `prompt` for that turn's task and changed `inputs`; or, with `tool_call_id` and `arguments`, a new run that
+    replays this one up to the model call that proposed that tool call, with its arguments edited, and goes on
+    under policy from there. This run is left as it is."""
+    if payload.tool_call_id is not None:
+        return Status(201, replay.fork_call(actor=request.auth, run_id=run_id, tool_call_id=payload.tool_call_id,
+                                            arguments=payload.arguments if payload.arguments is not None else {}))
+    if payload.step is None:
+        raise ValidationFailed("Choose a step, or a tool call and its arguments.", {"step": "Required."})
     return Status(201, replay.fork(actor=request.auth, run_id=run_id, step=payload.step, prompt=payload.prompt,
                                    inputs=payload.inputs))
 

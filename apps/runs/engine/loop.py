@@ -17,7 +17,7 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart
 
 from apps.core import tracing
 from apps.core.metrics import STEP_SECONDS
-from apps.runs.engine import second_opinion
+from apps.runs.engine import replaying, second_opinion
 from apps.runs.engine.errors import StopRun
 from apps.runs.engine.model import call_model, offered_tools
 from apps.runs.engine.process import ROUTING, end_turn, start_next
@@ -73,6 +73,9 @@ def step(store: Store) -> str:
         if any(isinstance(p, ToolCallPart) for p in last.parts):
             return _answer_tool_calls(store, turn, agent, messages)
         return end_turn(store, turn, last.text or "")
+    if (replay := replaying.due(run.state, turn, messages)) is not None:  # a fork from a model call
+        replaying.play(store, turn=turn, agent=agent, replay=replay)
+        return _answer_tool_calls(store, turn, agent, store.messages(turn))
     if turn.task != ROUTING and store.model_calls(turn) >= agent.get("max_steps", 8):
         raise StopRun("limit_exceeded", f"Step limit: {agent['name']} used all {agent.get('max_steps')} model calls "
                                         "of its turn without finishing.", "limit")
