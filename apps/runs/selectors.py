@@ -56,6 +56,14 @@ def get_run(*, org_id: UUID | str, run_id: UUID | str) -> Run:
         raise NotFound("No such run.") from None
 
 
+def run_tool_call(*, run: Run, tool_call_id: UUID | str) -> ToolCall:
+    """One tool call of this run (so of its organisation), with its model call step. Raises NotFound."""
+    try:
+        return ToolCall.objects.select_related("step").get(run=run, id=tool_call_id)
+    except (ToolCall.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such tool call in this run.") from None
+
+
 def run_events(*, run: Run, after: int = 0, limit: int = 1000) -> QuerySet[RunEvent]:
     return RunEvent.objects.filter(run=run, seq__gt=after).order_by("seq")[:limit]
 

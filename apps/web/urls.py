@@ -118,6 +118,7 @@ urlpatterns = [
     path("runs/<uuid:run_id>/cancel/", runs.run_cancel, name="run_cancel"),
     path("runs/<uuid:run_id>/rerun/", replay.run_rerun, name="run_rerun"),
     path("runs/<uuid:run_id>/fork/", replay.run_fork, name="run_fork"),
+    path("runs/<uuid:run_id>/fork/calls/<uuid:tool_call_id>/", replay.run_fork_call, name="run_fork_call"),
     path("runs/compare/", replay.run_compare, name="run_compare"),
     path("agents/<uuid:agent_id>/try/", replay.agent_try, name="agent_try"),
     path("tool-calls/<uuid:tool_call_id>/resolve/", runs.tool_call_resolve, name="tool_call_resolve"),

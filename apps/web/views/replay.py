@@ -78,6 +78,34 @@ def run_fork(request: HttpRequest, run_id) -> HttpResponse:
     return render(request, "web/runs/fork.html", context)
 
 
+@member_required("runs.start")
+def run_fork_call(request: HttpRequest, run_id, tool_call_id) -> HttpResponse:
+    """Edit one tool call's arguments (JSON, pre-filled) and fork from the model call that proposed it."""
+    parent = selectors.get_run(org_id=request.actor.org_id, run_id=run_id)
+    call = selectors.run_tool_call(run=parent, tool_call_id=tool_call_id)  # NotFound: 404
+    text = request.POST.get("arguments") if request.method == "POST" else None
+    if text is None:
+        text = json.dumps(call.arguments, indent=2, sort_keys=True, ensure_ascii=False)
+    context = {"parent": parent, "call": call, "arguments": text, "errors": {},
+               "schema": json.dumps((parent.snapshot.get("tools", {}).get(call.qualified_name) or {})
+                                    .get("input_schema") or {}, indent=2, sort_keys=True)}
+    if request.method == "POST":
+        try:
+            try:
+                arguments = json.loads(text)
+            except ValueError as exc:
+                raise ValidationFailed("The arguments are not valid JSON.",
+                                       {"arguments": f"Not valid JSON: {exc.msg} (line {exc.lineno})."}) from None
+            run = replay.fork_call(actor=request.actor, run_id=parent.id, tool_call_id=call.id, arguments=arguments)
+        except (ValidationFailed, Conflict) as exc:
+            return render(request, "web/runs/fork_call.html", {**context, "errors": getattr(exc, "errors", {}),
+                                                               "error": exc.message}, status=422)
+        messages.success(request, f"Forked from the model call of step {call.step.position} with edited arguments "
+                                  f"for {call.qualified_name}: the original run is unchanged.")
+        return redirect("web:run_detail", run_id=run.id)
+    return render(request, "web/runs/fork_call.html", context)
+
+
 @member_required()
 def run_compare(request: HttpRequest) -> HttpResponse:
     """Two runs side by side (`?a=&b=`); with only `a`, its parent or its latest child is the other."""
