@@ -20,6 +20,7 @@ from apps.runs import services, worker
 from apps.runs.models import ToolCall
 from tests.factories import add_member
 from tests.notifications.fake_slack import FakeSlack, click, signed
+from tests.web.test_accessibility import audit
 
 pytestmark = pytest.mark.django_db
 SECRET = "8f742231b10e8888abcd99yyyzzz85a5"
@@ -78,9 +79,11 @@ def test_the_question_email_links_to_an_answer_page_that_answers_as_that_member_
     assert page.status_code == 200 and page["Referrer-Policy"] == "same-origin"
     assert 'data-testid="question"' in body and "Refund A-1001: full or half?" in body
     assert approver.user.email in body and 'data-testid="answer-form"' in body
+    assert audit(body).problems() == []
     assert Client(enforce_csrf_checks=True).post(mine, {"answer": "full"}).status_code == 403  # no CSRF token
     empty = browser.post(mine, {"csrfmiddlewaretoken": csrf(page), "answer": "  "})
     assert empty.status_code == 422 and 'data-testid="answer-error"' in empty.content.decode()
+    assert audit(empty.content.decode()).problems() == []
     request.refresh_from_db()
     assert request.status == "pending"
 

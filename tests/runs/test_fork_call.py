@@ -14,6 +14,7 @@ from apps.runs import decisions, services, worker
 from apps.runs.models import Run, RunEvent, RunStep, ToolCall
 from tests.conftest import signed_in
 from tests.factories import token_for
+from tests.web.test_accessibility import audit
 
 pytestmark = pytest.mark.django_db
 
@@ -112,8 +113,10 @@ def test_the_run_page_offers_editing_a_tool_calls_arguments_and_forks_from_the_f
     form = client.get(url).content.decode()
     assert 'data-testid="fork-call-form"' in form and "orders.refund_order" in form
     assert "&quot;amount_cents&quot;: 700" in form
+    assert audit(form).problems() == []
     bad = client.post(url, {"arguments": '{"order_id": "A-1001", "amount_cents": "lots", "request_id": "r"}'})
     assert bad.status_code == 422 and 'data-testid="error-arguments.amount_cents"' in bad.content.decode()
+    assert audit(bad.content.decode()).problems() == []
     broken = client.post(url, {"arguments": "{not json"})
     assert broken.status_code == 422 and "not valid JSON" in broken.content.decode()
     started = client.post(url, {"arguments": '{"order_id": "A-1001", "amount_cents": 640, "request_id": "r-640"}'})
