@@ -61,7 +61,8 @@ class ImportEntry:
 
 @dataclass
 class ImportResult:
-    name: str
+    entry: str  # its name in the preview
+    name: str  # the name it was (or would have been) registered under
     ok: bool
     server_id: str = ""
     error: str = ""
@@ -310,7 +311,7 @@ def import_servers(*, actor: Actor, text: str, select: list[str] | None = None,
             continue
         name = rename.get(entry.name) or entry.suggested_name or entry.name
         if entry.problem:
-            results.append(ImportResult(name=name, ok=False, error=entry.problem))
+            results.append(ImportResult(entry=entry.name, name=name, ok=False, error=entry.problem))
             continue
         try:
             server = services.create_server(
@@ -318,9 +319,9 @@ def import_servers(*, actor: Actor, text: str, select: list[str] | None = None,
                 command=entry.command, args=entry.args, env={**entry.env, **(env.get(entry.name) or {})},
                 cwd=entry.cwd, url=entry.url, headers=entry.headers, description=entry.description)
         except ValidationFailed as e:
-            results.append(ImportResult(name=name, ok=False, error=str(e), errors=dict(e.errors or {})))
+            results.append(ImportResult(entry=entry.name, name=name, ok=False, error=str(e), errors=dict(e.errors or {})))
         except (Conflict, PermissionDenied) as e:
-            results.append(ImportResult(name=name, ok=False, error=str(e)))
+            results.append(ImportResult(entry=entry.name, name=name, ok=False, error=str(e)))
         else:
-            results.append(ImportResult(name=name, ok=True, server_id=str(server.id)))
+            results.append(ImportResult(entry=entry.name, name=name, ok=True, server_id=str(server.id)))
     return results

@@ -12,7 +12,7 @@ import pytest
 from apps.audit.models import AuditEvent
 from apps.registry import imports, selectors, services
 from apps.registry.models import McpServer
-from tests.factories import token_for
+from tests.factories import add_member, token_for
 from tests.registry.conftest import ROOT, register
 
 SAMPLES = Path(__file__).parent / "import_samples"
@@ -172,3 +172,28 @@ def test_an_imported_local_server_syncs_its_tools(client, org, actor, admin_toke
     assert report.status == "ok", report.error
     assert report.tools_added == 4
     assert selectors.get_server(org_id=org.id, server_id=result["server_id"]).trust_tier == "internal"
+
+
+def test_the_web_page_reports_each_failure_and_keeps_the_rest(client, org, admin, settings):
+    settings.AIRLOCK_EGRESS_ALLOW_PRIVATE = False
+    client.force_login(admin.user)
+    assert client.post("/servers/import/", {"config": "{nope"}).status_code == 422
+    config = json.dumps({"mcpServers": {"metadata": {"type": "http", "url": "http://169.254.169.254/"},
+                                        "ok": {"command": "npx", "args": ["-y", "some-server"]}}})
+    preview = client.post("/servers/import/", {"config": config})
+    page = preview.content.decode()
+    assert preview.status_code == 200 and 'name="sealed"' in page and "169.254.169.254/" in page
+    sealed = page.split('name="sealed" value="')[1].split('"')[0]
+    done = client.post("/servers/import/", {"action": "confirm", "sealed": sealed, "select": ["metadata", "ok"],
+                                            "rename-ok": "ok", "tier-ok": "third_party"})
+    text = done.content.decode()
+    assert done.status_code == 200 and "ok: registered" in text and "metadata: " in text
+    assert list(_registered(org).values_list("name", flat=True)) == ["ok"]
+    assert client.post("/servers/import/", {"action": "confirm", "sealed": "forged", "select": ["ok"]}
+                       ).status_code == 422
+
+
+def test_builders_cannot_open_the_import_page(client, org):
+    builder = add_member(org, "builder")
+    client.force_login(builder.user)
+    assert client.get("/servers/import/").status_code == 403

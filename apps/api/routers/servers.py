@@ -140,7 +140,8 @@ class ImportEntryOut(Schema):
 
 
 class ImportResultOut(Schema):
-    name: str
+    entry: str  # its name in the preview
+    name: str  # the name it was registered under
     ok: bool
     server_id: str
     error: str
