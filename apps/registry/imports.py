@@ -172,8 +172,15 @@ def _host_entry(source_name: str, spec: Any, inputs: dict[str, dict[str, Any]]) 
         if spec.get("envFile"):
             entry.notes.append("It reads an envFile on the host: add those variables after import.")
     entry.trust_tier, entry.tier_reason = suggest_tier(command=entry.command, args=entry.args, url=entry.url)
+    _sandbox_note(entry)
     _placeholders(entry, inputs)
     return entry
+
+
+def _sandbox_note(entry: ImportEntry) -> None:
+    if entry.trust_tier == TrustTier.THIRD_PARTY and entry.command.rsplit("/", 1)[-1] in FETCHERS:
+        entry.notes.append(f"The third-party sandbox has no network, so {entry.command} cannot download there: "
+                           "install the package on the worker machines and use its command.")
 
 
 def _registry_entries(server: dict[str, Any]) -> list[ImportEntry]:
@@ -209,6 +216,7 @@ def _registry_entries(server: dict[str, Any]) -> list[ImportEntry]:
                 if variable.get("isRequired") and not entry.env[str(variable["name"])]:
                     entry.notes.append(f"env {variable['name']}: required"
                                        f"{' (a secret)' if variable.get('isSecret') else ''}; fill it in.")
+        _sandbox_note(entry)
         found.append(entry)
     for remote in server.get("remotes") or []:
         if not isinstance(remote, dict):
@@ -319,9 +327,10 @@ def import_servers(*, actor: Actor, text: str, select: list[str] | None = None,
                 command=entry.command, args=entry.args, env={**entry.env, **(env.get(entry.name) or {})},
                 cwd=entry.cwd, url=entry.url, headers=entry.headers, description=entry.description)
         except ValidationFailed as e:
-            results.append(ImportResult(entry=entry.name, name=name, ok=False, error=str(e), errors=dict(e.errors or {})))
+            results.append(ImportResult(entry=entry.name, name=name, ok=False, error=e.message,
+                                        errors=dict(e.errors or {})))
         except (Conflict, PermissionDenied) as e:
-            results.append(ImportResult(entry=entry.name, name=name, ok=False, error=str(e)))
+            results.append(ImportResult(entry=entry.name, name=name, ok=False, error=e.message))
         else:
             results.append(ImportResult(entry=entry.name, name=name, ok=True, server_id=str(server.id)))
     return results
