@@ -11,6 +11,7 @@ from playwright.sync_api import Page, expect
 from apps.accounts.actors import member_actor
 from apps.registry import services
 from apps.registry.models import McpServer
+from tests.browser.test_accessibility import serious_violations
 from tests.browser.test_foundation import sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -29,6 +30,7 @@ def test_paste_preview_and_confirm_registers_the_chosen_servers(page: Page, live
     sign_in(page, live_url, owner.user.email)
     page.goto(f"{live_url}/servers/")
     page.get_by_role("link", name="Import a config").click()
+    assert serious_violations(page) == []
     page.get_by_label("Config (JSON)").fill(json.dumps(CONFIG, indent=2))
     page.get_by_role("button", name="Preview").click()
 
@@ -40,6 +42,7 @@ def test_paste_preview_and_confirm_registers_the_chosen_servers(page: Page, live
     expect(page.get_by_label("Trust tier for reports")).to_have_value("internal")
     expect(page.get_by_label("Import events")).to_be_disabled()
     expect(table).to_contain_text("SSE-only")
+    assert serious_violations(page) == []
 
     page.get_by_label("Name for reports").fill("acme-reports")
     page.get_by_role("button", name="Register the chosen servers").click()
