@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
 
 from apps.audit.models import AuditEvent
 from apps.registry import imports, selectors, services
@@ -197,3 +198,22 @@ def test_builders_cannot_open_the_import_page(client, org):
     builder = add_member(org, "builder")
     client.force_login(builder.user)
     assert client.get("/servers/import/").status_code == 403
+
+
+def test_the_registry_api_wrapping_and_vscode_settings_nesting_are_read(actor):
+    wrapped = json.dumps({"server": json.loads(_sample("registry_with_remote.server.json")),
+                          "_meta": {"io.modelcontextprotocol.registry/official": {"status": "active"}}})
+    kind, [entry] = imports.preview(org_id=actor.org_id, text=wrapped)
+    assert (kind, entry.url) == ("server.json", "https://api.example.com/mcp")
+    settings_json = json.dumps({"editor.fontSize": 13, "mcp": json.loads(_sample("vscode.mcp.json"))})
+    kind, entries = imports.preview(org_id=actor.org_id, text=settings_json)
+    assert kind == "vscode" and [e.name for e in entries] == ["perplexity", "fetch", "docs"]
+
+
+def test_an_uploaded_file_previews_like_a_paste(client, admin):
+    client.force_login(admin.user)
+    upload = SimpleUploadedFile("claude_desktop_config.json", _sample("claude_desktop_config.json").encode(),
+                                content_type="application/json")
+    page = client.post("/servers/import/", {"file": upload}).content.decode()
+    assert "order-tracker" in page and "GITHUB_PERSONAL_ACCESS_TOKEN=•••" in page
+    assert "ghp_sample" not in page
