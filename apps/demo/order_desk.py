@@ -19,9 +19,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mcp import MCPError
 from mcp.server import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.types import INVALID_PARAMS, ToolAnnotations
 from typing_extensions import TypedDict
 
 DATA_ENV = "ORDER_DESK_DATA"
@@ -39,7 +40,16 @@ SAMPLE = {
     "deleted_customers": [],
 }
 
-mcp = MCPServer(
+class OrderDesk(MCPServer):
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None, context: Any = None) -> Any:
+        """An unknown prompt is the caller's mistake: JSON-RPC "invalid params" (as the MCP specification asks of
+        prompts/get), where the SDK's default would answer with code 0."""
+        if name not in {prompt.name for prompt in await self.list_prompts()}:
+            raise MCPError(INVALID_PARAMS, f"Unknown prompt: {name}")
+        return await super().get_prompt(name, arguments, context)
+
+
+mcp = OrderDesk(
     "order-desk", version="1.0.0",
     instructions="A demo order desk. Look orders up before changing them; refunds need a unique request_id.",
 )

@@ -99,3 +99,34 @@ def trusted_output_setting(target: McpServer | Tool) -> TrustedOutputSetting | N
     action = "server.trusted_output_changed" if isinstance(target, McpServer) else "tool.trusted_output_changed"
     event = audit_selectors.last_event(org_id=target.org_id, action=action, target_id=str(target.pk))
     return TrustedOutputSetting(by=event.actor_label, at=event.created_at) if event is not None else None
+
+
+def _with_findings(server: McpServer, kind: str, items: list[dict], key) -> list[dict]:
+    """Each item with the findings of the last sync's scan (apps/registry/scanner.py `scan_server`) that are
+    about it: the scan labels each finding `"<kind> <name> <field>"`."""
+    out = []
+    for item in items or []:
+        label = f"{kind} {key(item)} "
+        about = [f for f in server.findings or [] if str(f.get("where", "")).startswith(label)]
+        out.append({**item, "findings": about})
+    return out
+
+
+def server_resources(*, org_id: UUID | str, server_id: UUID | str) -> list[dict]:
+    """The resources, then the resource templates, the server offered at its last sync (wire JSON), each with
+    its description's scan findings. Raises NotFound for another organisation's server."""
+    server = get_server(org_id=org_id, server_id=server_id)
+    name = lambda item: item.get("name") or item.get("uri") or item.get("uriTemplate") or "?"  # noqa: E731
+    return [*_with_findings(server, "resource", server.resources, name),
+            *_with_findings(server, "resource template", server.resource_templates, name)]
+
+
+def server_prompts(*, org_id: UUID | str, server_id: UUID | str) -> list[dict]:
+    """The prompts the server offered at its last sync (wire JSON), each with its scan findings."""
+    server = get_server(org_id=org_id, server_id=server_id)
+    return _with_findings(server, "prompt", server.prompts, lambda item: item.get("name") or "?")
+
+
+def server_names(*, org_id: UUID | str) -> set[str]:
+    """Every name taken in the organisation, the built-in `human` server's included."""
+    return set(McpServer.objects.filter(org_id=org_id).values_list("name", flat=True))

@@ -18,6 +18,7 @@ from apps.web.views import (
     notifications,
     replay,
     runs,
+    server_import,
     servers,
     slack,
     sso,
@@ -75,6 +76,7 @@ urlpatterns = [
     # Sections whose pages arrive with their issues
     path("servers/", servers.servers, name="servers"),
     path("servers/catalog/", catalog.server_catalog, name="server_catalog"),
+    path("servers/import/", server_import.server_import, name="server_import"),
     path("servers/catalog/<slug:key>/", catalog.catalog_register, name="catalog_register"),
     path("servers/<uuid:server_id>/", servers.server, name="server"),
     path("servers/<uuid:server_id>/edit/", servers.server_edit, name="server_edit"),

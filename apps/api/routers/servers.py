@@ -7,7 +7,7 @@ from ninja.pagination import paginate
 
 from apps.api.bodies import Body
 from apps.api.pagination import Pagination
-from apps.registry import selectors, services
+from apps.registry import imports, selectors, services
 from apps.registry.models import Transport, TrustTier
 
 router = Router(tags=["servers"])
@@ -109,6 +109,86 @@ class SyncOut(Schema):
     quarantined: list[str]
 
 
+class ImportIn(Body):
+    config: str = Field(description="The file's text: Claude Desktop `mcpServers`, `.mcp.json`, VS Code `mcp.json` "
+                                    "or an MCP Registry `server.json`.")
+    dry_run: bool = Field(True, description="True: only preview. False: register the chosen entries.")
+    select: list[str] | None = Field(None, description="Preview names to register; all when omitted.")
+    rename: dict[str, str] = Field(default_factory=dict, description="Preview name -> the name to register.")
+    trust_tier: dict[str, TrustTier] = Field(default_factory=dict, description="Preview name -> tier to use.")
+    env: dict[str, dict[str, str]] = Field(default_factory=dict,
+                                           description="Preview name -> env values to fill in (write-only).")
+
+
+class ImportEntryOut(Schema):
+    source_name: str
+    name: str
+    transport: Transport
+    trust_tier: TrustTier
+    tier_reason: str
+    command: str
+    args: list[str]
+    cwd: str
+    url: str
+    env: dict[str, str]  # keys, values masked
+    headers: dict[str, str]  # keys, values masked
+    description: str
+    conflict: bool
+    suggested_name: str
+    notes: list[str]
+    problem: str
+
+
+class ImportResultOut(Schema):
+    entry: str  # its name in the preview
+    name: str  # the name it was registered under
+    ok: bool
+    server_id: str
+    error: str
+    errors: dict[str, str]
+
+
+class ImportOut(Schema):
+    format: str
+    entries: list[ImportEntryOut]
+    results: list[ImportResultOut]  # empty on a dry run
+
+
+class ResourceOut(Schema):
+    uri: str = ""
+    uri_template: str = Field("", alias="uriTemplate")
+    name: str = ""
+    title: str = ""
+    description: str = ""
+    mime_type: str = Field("", alias="mimeType")
+    findings: list[dict[str, str]]
+
+
+class PromptArgumentOut(Schema):
+    name: str
+    description: str = ""
+    required: bool = False
+
+
+class PromptOut(Schema):
+    name: str
+    title: str = ""
+    description: str = ""
+    arguments: list[PromptArgumentOut] = Field(default_factory=list)
+    findings: list[dict[str, str]]
+
+
+@router.post("/import", response=ImportOut,
+             summary="Preview (dry_run) or register the servers of an MCP config people already have")
+def import_servers(request, payload: ImportIn):
+    request.auth.require("servers.manage")
+    kind, entries = imports.preview(org_id=request.auth.org_id, text=payload.config)
+    results = [] if payload.dry_run else imports.import_servers(
+        actor=request.auth, text=payload.config, select=payload.select, rename=payload.rename,
+        tiers={k: str(v) for k, v in payload.trust_tier.items()}, env=payload.env)
+    return {"format": kind, "entries": [e.view() for e in entries], "results": results}
+
+
 @router.get("", response=list[ServerOut])
 @paginate(Pagination)
 def list_servers(request):
@@ -154,3 +234,17 @@ def sync_server(request, server_id: UUID):
 def set_trusted_output(request, server_id: UUID, payload: TrustedOutputIn):
     services.set_trusted_output(actor=request.auth, server_id=server_id, trusted=payload.trusted)
     return selectors.get_server(org_id=request.auth.org_id, server_id=server_id)
+
+
+@router.get("/{server_id}/resources", response=list[ResourceOut],
+            summary="The resources and resource templates it offered at its last sync, with scan findings")
+def list_resources(request, server_id: UUID):
+    request.auth.require("org.view")
+    return selectors.server_resources(org_id=request.auth.org_id, server_id=server_id)
+
+
+@router.get("/{server_id}/prompts", response=list[PromptOut],
+            summary="The prompts it offered at its last sync, with scan findings")
+def list_prompts(request, server_id: UUID):
+    request.auth.require("org.view")
+    return selectors.server_prompts(org_id=request.auth.org_id, server_id=server_id)
