@@ -88,7 +88,7 @@ def create_organization(*, name: str, owner_email: str, slug: str = "", password
                 _validate_password(password, email)
             user, generated = _new_user(email, password)
         membership = Membership.objects.create(org=org, user=user, role=Role.OWNER)
-        from apps.registry.builtin import add_builtin_tools  # registry sits above accounts
+        from apps.registry.builtin import add_builtin_tools  # later app: a new org's built-in human.ask server
 
         add_builtin_tools(org_id=org.id)
         audit.record(org_id=org.id, actor=system_actor(org.id, via), action="org.created", target=org,

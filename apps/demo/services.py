@@ -24,6 +24,7 @@ from apps.accounts.actors import system_actor
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
 from apps.core.errors import NotFound
+from apps.costs.pricing import EXAMPLE_PRICE_NOTE
 from apps.crews.models import Crew
 from apps.demo.agents_and_crews import REFUND_DESK, seed_agents_and_crews
 from apps.registry import selectors as registry_selectors
@@ -110,7 +111,6 @@ def _seed_order_desk(actor) -> bool:
     return True
 
 
-EXAMPLE_PRICE_NOTE = "Example price for the demo's scripted model, so the charts show something: not a real cost."
 
 
 def _seed_example_price(actor) -> bool:

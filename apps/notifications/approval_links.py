@@ -78,7 +78,7 @@ SUBJECTS = {"request": "Approval needed", "reminder": "Reminder, expires soon", 
 
 def send_approval_emails(*, notification: Notification) -> int:
     """One mail per recipient of an `approval.requested` notification, each with that person's own links."""
-    from apps.approvals.models import ApprovalRequest
+    from apps.approvals.models import ApprovalRequest  # later app: approvals notify through this app
 
     request = (ApprovalRequest.objects.select_related("tool", "agent")
                .filter(org_id=notification.org_id, id=notification.payload.get("approval_id")).first())
@@ -93,7 +93,7 @@ def mail_question(*, request: Any, emails: list[str]) -> int:
     """Mails a pending question to those of `emails` who are in its group (`context["ask"]`), each with
     their own answer link. Returns how many mails were sent."""
     from apps.accounts.models import Membership
-    from apps.approvals.questions import GROUP_ROLES
+    from apps.approvals.questions import GROUP_ROLES  # later app: approvals notify through this app
 
     if not request.is_pending:
         return 0
@@ -160,7 +160,7 @@ class OpenedLink:
 
 def open_link(*, token: str) -> OpenedLink:
     """The link behind `token`, read-only. Raises NotFound for a token that was never issued."""
-    from apps.approvals.models import ApprovalRequest
+    from apps.approvals.models import ApprovalRequest  # later app: approvals notify through this app
 
     link = (ApprovalLink.objects.select_related("membership__user")
             .filter(token_hash=token_hash(token)).first())
@@ -174,7 +174,7 @@ def open_link(*, token: str) -> OpenedLink:
 
 
 def _problem(link: ApprovalLink, request: Any) -> str:
-    from apps.approvals.services import already_decided
+    from apps.approvals.services import already_decided  # later app: approvals notify through this app
 
     if not request.is_pending:
         return already_decided(request)
@@ -200,7 +200,7 @@ def decide_by_link(*, token: str, decision: str, comment: str = "") -> Any:
     respond (the text goes back to the agent instead of the call). Marks the link used in the same
     transaction. Returns the approval request. Raises NotFound, Conflict (used, decided, expired,
     arguments changed), PermissionDenied (role, separation of duties), ValidationFailed."""
-    from apps.runs.decisions import decide_approval
+    from apps.runs.decisions import decide_approval  # later app: runs notify through this app
 
     if decision not in DECISIONS:
         raise Conflict("Choose approve, reject or respond.")
@@ -223,7 +223,7 @@ def answer_by_link(*, token: str, text: str) -> Any:
     """Answers the link's question as its member (the group check and the run's resume are runs'
     `questions.answer`). Marks the link used in the same transaction. Returns the request. Raises
     NotFound, Conflict (used, answered, expired), PermissionDenied (not in the group), ValidationFailed."""
-    from apps.runs.questions import answer
+    from apps.runs.questions import answer  # later app: runs notify through this app
 
     with transaction.atomic():
         link = (ApprovalLink.objects.select_for_update(of=("self",)).select_related("membership__user")

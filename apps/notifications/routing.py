@@ -47,7 +47,7 @@ def set_route(*, actor: Actor, crew_id: UUID | str | None = None, risk: str = ""
     if risk and risk not in RISKS:
         errors["risk"] = f"Choose one of {', '.join(RISKS)}, or none for any risk."
     if crew_id:
-        from apps.crews.models import Crew
+        from apps.crews.models import Crew  # later app: crews sit above notifications; a route names a crew
 
         if not Crew.objects.filter(org_id=actor.org_id, id=crew_id).exists():
             errors["crew_id"] = "No such crew in this organisation."
@@ -101,7 +101,7 @@ def org_routes(*, org_id: UUID | str) -> list[ApprovalRoute]:
 def crew_of(org_id: UUID | str, run_id: UUID | str | None) -> str:
     if not run_id:
         return ""
-    from apps.runs.models import Run
+    from apps.runs.models import Run  # later app: runs notify through this app
 
     return str(Run.objects.filter(org_id=org_id, id=run_id).values_list("crew_id", flat=True).first() or "")
 
@@ -177,7 +177,7 @@ def nudge_due() -> dict[str, int]:
     """Beat: a reminder to the route's people who have not voted, once, when a pending request is within
     `remind_before_minutes` of expiring; the escalation group asked, once, when it has waited
     `escalate_after_minutes`. Idempotent: the nudge row is written before anything is sent."""
-    from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
+    from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus  # later app: above this one
 
     now, sent = timezone.now(), {"reminders": 0, "escalations": 0}
     routed = ApprovalRoute.objects.filter(Q(remind_before_minutes__isnull=False) |

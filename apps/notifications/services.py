@@ -116,7 +116,7 @@ def _email_recipients(org_id: UUID | str, event: str, payload: dict[str, Any]) -
         return []
     roles = APPROVER_ROLES
     if event == "approval.requested" and payload.get("kind") == "question":
-        from apps.approvals.questions import GROUP_ROLES  # approvals sit above notifications
+        from apps.approvals.questions import GROUP_ROLES  # later app: approvals notify through this app
 
         roles = GROUP_ROLES.get(payload.get("ask") or "approvers") or APPROVER_ROLES
     return sorted(Membership.objects.filter(org_id=org_id, role__in=roles).values_list("user__email", flat=True))

@@ -64,7 +64,7 @@ def connect(*, actor: Actor, bot_token: str = "", signing_secret: str = "", chan
         errors["risk_channels"] = f"Unknown risks: {', '.join(unknown)}."
     crew_channels = {str(k): v.strip().lstrip("#") for k, v in (crew_channels or {}).items() if v and v.strip()}
     if crew_channels:
-        from apps.crews.models import Crew
+        from apps.crews.models import Crew  # later app: crews sit above notifications; a route names a crew
 
         known = {str(i) for i in Crew.objects.filter(org_id=actor.org_id).values_list("id", flat=True)}
         if set(crew_channels) - known:
@@ -118,7 +118,7 @@ def client(connection: SlackConnection) -> WebClient:
 def channel_for(connection: SlackConnection, request: Any) -> str:
     crew_id = ""
     if request.run_id:
-        from apps.runs.models import Run
+        from apps.runs.models import Run  # later app: runs notify through this app
 
         crew_id = str(Run.objects.filter(org_id=request.org_id, id=request.run_id)
                       .values_list("crew_id", flat=True).first() or "")
@@ -127,7 +127,7 @@ def channel_for(connection: SlackConnection, request: Any) -> str:
 
 
 def _request(org_id: UUID | str, approval_id: UUID | str) -> Any:
-    from apps.approvals.models import ApprovalRequest
+    from apps.approvals.models import ApprovalRequest  # later app: approvals notify through this app
 
     return (ApprovalRequest.objects.select_related("tool", "agent", "requested_by_user")
             .filter(org_id=org_id, id=approval_id).first())
@@ -185,7 +185,7 @@ def message_blocks(request: Any, *, interactive: bool) -> list[dict[str, Any]]:
 
 
 def decided_text(request: Any) -> str:
-    from apps.approvals.services import already_decided
+    from apps.approvals.services import already_decided  # later app: approvals notify through this app
 
     text = already_decided(request).replace("This request was already", "This request was")
     return text + (f" “{request.comment}”" if request.comment else "")
@@ -316,8 +316,8 @@ def handle_question(connection: SlackConnection, payload: dict[str, Any]) -> dic
     """The Answer button (opens the form, for a member in the question's group) or the form's submission
     (answers as the member through runs' `questions.answer`). Errors go back into the form, or to the
     person alone in the channel."""
-    from apps.approvals.questions import may_answer
-    from apps.runs.questions import answer
+    from apps.approvals.questions import may_answer  # later app: approvals notify through this app
+    from apps.runs.questions import answer  # later app: runs notify through this app
 
     submitted = payload.get("type") == "view_submission"
     approval_id = (payload["view"].get("private_metadata", "") if submitted
@@ -357,7 +357,7 @@ def handle_interaction(*, connection_id: UUID | str, body: bytes, headers: dict[
     form's submission. Decides through runs' decide_approval as the member. Returns the JSON for
     Slack's HTTP answer (None: an empty 200). Raises PermissionDenied for a bad signature or
     timestamp, and for a person who may not decide; Conflict when the request was decided."""
-    from apps.runs.decisions import decide_approval
+    from apps.runs.decisions import decide_approval  # later app: runs notify through this app
 
     connection = SlackConnection.objects.filter(id=connection_id, enabled=True).first()
     if connection is None or not verify(connection, body=body, headers=headers):

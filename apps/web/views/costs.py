@@ -13,8 +13,8 @@ from apps.agents import selectors as agents
 from apps.core.errors import ValidationFailed
 from apps.costs import selectors, services
 from apps.costs.models import BudgetScope
+from apps.costs.pricing import EXAMPLE_PRICE_NOTE
 from apps.crews import selectors as crews
-from apps.demo.services import EXAMPLE_PRICE_NOTE
 from apps.runs import history
 from apps.runs import selectors as runs
 from apps.web.access import member_required, post_only
