@@ -1,8 +1,5 @@
 """What a model call cost: the organisation's own price first, then genai-prices, else unknown.
 
-# The note on the demo's example price (apps/demo seeds it): the costs page marks prices carrying it as not real.
-EXAMPLE_PRICE_NOTE = "Example price for the demo's scripted model, so the charts show something: not a real cost."
-
 Unknown is `None`, never zero: a self-hosted or brand-new model has no public price, and
 budgets and reports must say "unknown" rather than pretend it was free. The scripted model is
 built in and free.
@@ -20,6 +17,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.costs.models import ModelPrice
+
+# The note on the demo's example price (apps/demo seeds it): the costs page marks prices carrying it as not real.
+EXAMPLE_PRICE_NOTE = "Example price for the demo's scripted model, so the charts show something: not a real cost."
 
 MILLION = Decimal(1_000_000)
 GENAI_SOURCE = f"genai-prices {genai_prices.__version__}"
