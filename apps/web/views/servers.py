@@ -244,3 +244,52 @@ def tool_update(request: HttpRequest, tool_id) -> HttpResponse:
         return _tool_page(request, tool_id, status=422, error=exc.message)
     messages.success(request, "Tool updated.")
     return redirect("web:tool", tool_id=tool_id)
+
+
+# --- OAuth: Airlock authorizes itself with the server's authorization server (apps/registry/oauth.py) -----
+
+OAUTH_SESSION_KEY = "server_oauth_pending"
+
+
+@post_only
+@member_required("servers.manage")
+def server_authorize(request: HttpRequest, server_id) -> HttpResponse:
+    """Starts (or restarts) the OAuth flow: the admin's browser goes to the authorization server. What the
+    callback needs (PKCE verifier, state, the client registration) stays in this admin's session."""
+    from django.urls import reverse
+
+    try:
+        pending = services.begin_authorization(
+            actor=request.actor, server_id=server_id,
+            redirect_uri=request.build_absolute_uri(reverse("web:server_oauth_callback")),
+            client_id=request.POST.get("client_id", "").strip(),
+            client_secret=request.POST.get("client_secret", "").strip())
+    except ValidationFailed as exc:
+        messages.error(request, " ".join(str(v) for v in exc.errors.values()))
+        return redirect("web:server", server_id=server_id)
+    request.session[OAUTH_SESSION_KEY] = pending.as_dict()
+    return redirect(pending.authorization_url)
+
+
+@member_required("servers.manage")
+def server_oauth_callback(request: HttpRequest) -> HttpResponse:
+    """Where the authorization server sends the admin's browser back. Only the pending flow of this session
+    (same state) is completed; it is used once."""
+    from apps.registry.oauth import Pending
+
+    stored = request.session.pop(OAUTH_SESSION_KEY, None)
+    if not stored:
+        messages.error(request, "No authorization was under way in this session: start it from the server's page.")
+        return redirect("web:servers")
+    pending = Pending(**stored)
+    if request.GET.get("error"):
+        messages.error(request, f"The authorization server refused: {request.GET.get('error')[:100]}.")
+        return redirect("web:server", server_id=pending.server_id)
+    try:
+        services.complete_authorization(actor=request.actor, pending=pending, code=request.GET.get("code", ""),
+                                        state=request.GET.get("state", ""))
+    except ValidationFailed as exc:
+        messages.error(request, " ".join(str(v) for v in exc.errors.values()))
+        return redirect("web:server", server_id=pending.server_id)
+    messages.success(request, "Airlock is authorized with this server; syncing its tools now.")
+    return redirect("web:server", server_id=pending.server_id)
