@@ -327,7 +327,8 @@ def begin_authorization(*, actor: Actor, server_id: UUID | str, redirect_uri: st
     actor.require("servers.manage")
     server = selectors.get_server(org_id=actor.org_id, server_id=server_id)
     if server.transport != Transport.HTTP:
-        raise ValidationFailed("Only an HTTP server can use OAuth.", {"transport": "Only an HTTP server can use OAuth."})
+        message = "Only an HTTP server can use OAuth."
+        raise ValidationFailed(message, {"transport": message})
     try:
         return run_async(oauth.begin(server_id=str(server.id), url=server.url, redirect_uri=redirect_uri,
                                      client_id=client_id, client_secret=client_secret,
@@ -365,20 +366,25 @@ def complete_authorization(*, actor: Actor, pending: oauth.Pending, code: str, s
 
 def ensure_fresh_token(server: McpServer) -> bool:
     """Refreshes the server's access token when it expires within oauth.REFRESH_MARGIN_S. False (and the
-    server marked "needs authorization") when the refresh is refused; True when the token is good."""
+    server marked "needs authorization") when the refresh is refused; True when the token is good.
+    The row stays locked during the refresh: with rotating refresh tokens, two processes refreshing at once
+    would make the second one's refresh fail."""
     if not server.oauth or not oauth.needs_refresh(server.oauth):
         return True
-    try:
-        grant = run_async(oauth.refresh(server.oauth, dict(server.oauth_secrets or {}),
-                                        timeout=float(server.timeout_s or 30)))
-    except Exception as exc:
-        message = (f"Refreshing the OAuth token failed ({exc if isinstance(exc, oauth.OAuthFailed) else 'unreachable'}"
-                   "): authorize Airlock again from the server's page.")
-        _mark_needs_authorization(server.pk, message)
-        server.status, server.last_error = ServerStatus.NEEDS_AUTH, message
-        return False
     with transaction.atomic():
         row = McpServer.objects.select_for_update().get(pk=server.pk)
+        if not oauth.needs_refresh(row.oauth):  # another process refreshed it meanwhile
+            server.oauth, server.oauth_secrets, server.updated_at = row.oauth, row.oauth_secrets, row.updated_at
+            return True
+        try:
+            grant = run_async(oauth.refresh(row.oauth, dict(row.oauth_secrets or {}),
+                                            timeout=float(row.timeout_s or 30)))
+        except Exception as exc:
+            why = str(exc) if isinstance(exc, oauth.OAuthFailed) else "the authorization server is unreachable"
+            message = f"Refreshing the OAuth token failed ({why}): authorize Airlock again from the server's page."
+            _mark_needs_authorization(server.pk, message)
+            server.status, server.last_error = ServerStatus.NEEDS_AUTH, message
+            return False
         row.oauth, row.oauth_secrets = grant.state, grant.secrets
         row.save(update_fields=["oauth", "oauth_secrets", "updated_at"])
     server.oauth, server.oauth_secrets, server.updated_at = row.oauth, row.oauth_secrets, row.updated_at

@@ -33,8 +33,9 @@ class Introspecting(TokenVerifier):
         if not body.get("active") or (body.get("exp") and body["exp"] < time.time()):
             return None
         aud = body.get("aud") or []
-        return AccessToken(token=token, client_id=body.get("client_id", ""), scopes=(body.get("scope") or "").split(),
-                           expires_at=body.get("exp"), resource=aud[0] if isinstance(aud, list) and aud else aud or None)
+        resource = aud[0] if isinstance(aud, list) and aud else aud or None
+        return AccessToken(token=token, client_id=body.get("client_id", ""),
+                           scopes=(body.get("scope") or "").split(), expires_at=body.get("exp"), resource=resource)
 
 
 mcp = MCPServer("oauth-guarded", token_verifier=Introspecting(),
