@@ -254,8 +254,9 @@ OAUTH_SESSION_KEY = "server_oauth_pending"
 @post_only
 @member_required("servers.manage")
 def server_authorize(request: HttpRequest, server_id) -> HttpResponse:
-    """Starts (or restarts) the OAuth flow: the admin's browser goes to the authorization server. What the
-    callback needs (PKCE verifier, state, the client registration) stays in this admin's session."""
+    """Starts (or restarts) the OAuth flow: discovery and registration, then a page whose link sends the
+    admin's browser to the authorization server. What the callback needs (PKCE verifier, state, the client
+    registration) stays in this admin's session."""
     from django.urls import reverse
 
     try:
@@ -268,7 +269,12 @@ def server_authorize(request: HttpRequest, server_id) -> HttpResponse:
         messages.error(request, " ".join(str(v) for v in exc.errors.values()))
         return redirect("web:server", server_id=server_id)
     request.session[OAUTH_SESSION_KEY] = pending.as_dict()
-    return redirect(pending.authorization_url)
+    # A page with a link, not a redirect: browsers hold a form's redirects to CSP form-action ('self'), and
+    # the admin sees where they are sent before they go.
+    server = selectors.get_server(org_id=request.actor.org_id, server_id=server_id)
+    return render(request, "web/servers/authorize.html", {
+        "server": server, "issuer": pending.metadata.get("issuer", ""), "scope": pending.scope,
+        "authorization_url": pending.authorization_url})
 
 
 @member_required("servers.manage")
