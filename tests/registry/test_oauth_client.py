@@ -3,6 +3,7 @@ process) and an MCP server of our own built with the SDK's server-side auth, bot
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from html import unescape
@@ -10,9 +11,15 @@ from html import unescape
 import pytest
 from django.urls import reverse
 
+from apps.agents import services as agent_services
+from apps.audit.models import AuditEvent
+from apps.crews import services as crew_services
 from apps.registry import services
 from apps.registry.models import McpServer, ServerStatus
 from apps.registry.pool import call_tool
+from apps.runs import services as run_services
+from apps.runs import worker
+from apps.runs.models import RunEvent, ToolCall
 from tests.conftest import signed_in
 from tests.factories import token_for
 from tests.registry.conftest import register
@@ -25,6 +32,19 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def protected(tmp_path):
     with protected_server(tmp_path) as p:
         yield p
+
+
+def run_calling_whoami(actor):
+    connection = agent_services.create_connection(actor=actor, name="Scripted", provider="scripted")
+    agent = agent_services.create_agent(
+        actor=actor, name="Asker", connection_id=connection.id,
+        script=[{"call": [{"tool": "guarded.whoami", "args": {}}]}, {"say": "Asked.\nSTATUS: done\nREASON: ok"}],
+        grants=[{"tool": "guarded.whoami", "policy": "auto"}])
+    crew = crew_services.create_crew(actor=actor, name="Ask", process="sequential", inputs=[],
+                                     tasks=[{"name": "ask", "agent_id": agent.id, "description": "Ask.",
+                                             "context": []}])
+    run = run_services.start_run(actor=actor, crew_id=crew.id, inputs={}, enqueue=False)
+    return worker.drive_run(run_id=run.id)
 
 
 def authorize_in_browser(client, server, protected) -> None:
@@ -59,14 +79,18 @@ def test_registering_an_oauth_server_asks_for_authorization_then_lists_and_calls
     assert [t.name for t in server.tools.all()] == ["whoami"]
     result = call_tool(server.id, "whoami", {}, org_id=server.org_id)
     assert not result.is_error and protected.mcp_url in str(result.content)
+    run = run_calling_whoami(actor)
+    assert run.status == "succeeded", run.error
+    [call] = ToolCall.objects.filter(run=run)
+    assert call.state == "succeeded" and protected.mcp_url in json.dumps(call.result)
 
     # Tokens are write-only: not on the page, not in the API, not in the audit trail
     token = server.oauth_secrets["access_token"]
     assert token not in client.get(reverse("web:server", args=[server.id])).content.decode()
     api = client.get(f"/api/v1/servers/{server.id}", HTTP_AUTHORIZATION=f"Bearer {token_for(server.org, 'admin')}")
     assert token not in api.content.decode() and api.json()["uses_oauth"] is True
-    from apps.audit.models import AuditEvent
     assert not any(token in str(e.data) for e in AuditEvent.objects.filter(org_id=server.org_id))
+    assert not any(token in json.dumps(e.data) for e in RunEvent.objects.filter(run=run))
 
 
 def test_an_expiring_token_is_refreshed_and_a_refused_refresh_means_needs_authorization(
