@@ -34,6 +34,7 @@ from mcp.client.auth.utils import (
     handle_auth_metadata_response,
     handle_protected_resource_response,
     handle_registration_response,
+    validate_authorization_response_iss,
     validate_metadata_issuer,
 )
 from mcp.shared.auth import OAuthClientInformationFull, OAuthClientMetadata, OAuthMetadata, OAuthToken
@@ -201,10 +202,16 @@ def _grant(token: OAuthToken, state: dict[str, Any], secrets_: dict[str, Any]) -
     return Grant(state=new_state, secrets={k: v for k, v in new_secrets.items() if v})
 
 
-async def complete(pending: Pending, *, code: str, state: str, timeout: float = 15) -> Grant:
-    """Exchanges the authorization code (with the PKCE verifier and the resource) for tokens."""
+async def complete(pending: Pending, *, code: str, state: str, iss: str | None = None,
+                   timeout: float = 15) -> Grant:
+    """Exchanges the authorization code (with the PKCE verifier and the resource) for tokens. `iss`: the
+    RFC 9207 issuer of the authorization response, checked against the metadata's when either has it."""
     if not state or not secrets.compare_digest(state, pending.state):
         raise OAuthFailed("The authorization answer does not belong to this request (state mismatch).")
+    try:
+        validate_authorization_response_iss(iss, OAuthMetadata.model_validate(pending.metadata))
+    except Exception as exc:
+        raise OAuthFailed(f"The authorization answer comes from another issuer: {exc}") from None
     if not code:
         raise OAuthFailed("The authorization server sent no code.")
     client = dict(pending.client)

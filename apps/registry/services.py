@@ -342,13 +342,15 @@ def begin_authorization(*, actor: Actor, server_id: UUID | str, redirect_uri: st
         raise ValidationFailed(message, {"oauth": message}) from None
 
 
-def complete_authorization(*, actor: Actor, pending: oauth.Pending, code: str, state: str) -> McpServer:
+def complete_authorization(*, actor: Actor, pending: oauth.Pending, code: str, state: str,
+                           iss: str | None = None) -> McpServer:
     """Exchanges the code, stores the tokens (encrypted) and syncs. Writes McpServer.oauth/oauth_secrets and a
     `server.authorized` audit row (no token in it). Raises PermissionDenied, NotFound, ValidationFailed."""
     actor.require("servers.manage")
     server = selectors.get_server(org_id=actor.org_id, server_id=pending.server_id)
     try:
-        grant = run_async(oauth.complete(pending, code=code, state=state, timeout=float(server.timeout_s or 30)))
+        grant = run_async(oauth.complete(pending, code=code, state=state, iss=iss,
+                                         timeout=float(server.timeout_s or 30)))
     except oauth.OAuthFailed as exc:
         raise ValidationFailed(str(exc), {"oauth": str(exc)}) from None
     with transaction.atomic():

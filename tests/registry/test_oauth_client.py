@@ -13,6 +13,7 @@ from django.urls import reverse
 
 from apps.agents import services as agent_services
 from apps.audit.models import AuditEvent
+from apps.audit.org_secrets import redact_outside
 from apps.crews import services as crew_services
 from apps.registry import services
 from apps.registry.models import McpServer, ServerStatus
@@ -91,6 +92,10 @@ def test_registering_an_oauth_server_asks_for_authorization_then_lists_and_calls
     assert token not in api.content.decode() and api.json()["uses_oauth"] is True
     assert not any(token in str(e.data) for e in AuditEvent.objects.filter(org_id=server.org_id))
     assert not any(token in json.dumps(e.data) for e in RunEvent.objects.filter(run=run))
+    # ... and masked wherever a server or provider would echo them back
+    refresh = server.oauth_secrets["refresh_token"]
+    assert token not in redact_outside(f"bad token {token} / {refresh}", org_id=server.org_id)
+    assert refresh not in redact_outside(f"bad token {token} / {refresh}", org_id=server.org_id)
 
 
 def test_an_expiring_token_is_refreshed_and_a_refused_refresh_means_needs_authorization(
@@ -120,3 +125,17 @@ def test_an_expiring_token_is_refreshed_and_a_refused_refresh_means_needs_author
         authorize_in_browser(client, server, protected)  # one click to re-authorize
         assert services.sync_server(actor=actor, server_id=server.id).status == ServerStatus.OK
         assert McpServer.objects.get(pk=server.id).status == ServerStatus.OK
+
+
+def test_a_callback_with_another_state_is_refused_and_stores_nothing(client, owner, actor, protected):
+    server = register(actor, name="guarded", transport="http", url=protected.mcp_url)
+    signed_in(client, owner)
+    assert client.post(reverse("web:server_authorize", args=[server.id])).status_code == 200
+    answer = client.get(reverse("web:server_oauth_callback"), {"code": "stolen", "state": "not-the-one"},
+                        follow=True)
+    assert "does not belong to this request" in answer.content.decode()
+    server.refresh_from_db()
+    assert server.oauth is None and server.oauth_secrets is None
+    # The flow is used once: the same session cannot replay a callback either
+    again = client.get(reverse("web:server_oauth_callback"), {"code": "x", "state": "y"}, follow=True)
+    assert "No authorization was under way" in again.content.decode()

@@ -293,7 +293,7 @@ def server_oauth_callback(request: HttpRequest) -> HttpResponse:
         return redirect("web:server", server_id=pending.server_id)
     try:
         services.complete_authorization(actor=request.actor, pending=pending, code=request.GET.get("code", ""),
-                                        state=request.GET.get("state", ""))
+                                        state=request.GET.get("state", ""), iss=request.GET.get("iss"))
     except ValidationFailed as exc:
         messages.error(request, " ".join(str(v) for v in exc.errors.values()))
         return redirect("web:server", server_id=pending.server_id)
