@@ -25,6 +25,7 @@ from tests.conftest import signed_in
 from tests.factories import token_for
 from tests.registry.conftest import register
 from tests.registry.oauth_as import callback_query, consent, protected_server
+from tests.registry.oauth_as.server import PREREGISTERED, PREREGISTERED_SECRET
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -48,9 +49,9 @@ def run_calling_whoami(actor):
     return worker.drive_run(run_id=run.id)
 
 
-def authorize_in_browser(client, server, protected) -> None:
+def authorize_in_browser(client, server, protected, **form) -> None:
     """The admin's part: the Authorize button, the authorization server's consent, the callback."""
-    started = client.post(reverse("web:server_authorize", args=[server.id]))
+    started = client.post(reverse("web:server_authorize", args=[server.id]), form)
     assert started.status_code == 200, started.content[:500]
     authorization_url = unescape(re.search(r'href="([^"]+)"[^>]*data-testid="continue-authorization"',
                                            started.content.decode()).group(1))
@@ -139,3 +140,15 @@ def test_a_callback_with_another_state_is_refused_and_stores_nothing(client, own
     # The flow is used once: the same session cannot replay a callback either
     again = client.get(reverse("web:server_oauth_callback"), {"code": "x", "state": "y"}, follow=True)
     assert "No authorization was under way" in again.content.decode()
+
+
+def test_a_pre_registered_client_id_is_used_instead_of_registering(client, owner, actor, tmp_path):
+    with protected_server(tmp_path, redirect_uris=("http://testserver/servers/oauth/callback/",)) as protected:
+        server = register(actor, name="guarded", transport="http", url=protected.mcp_url)
+        signed_in(client, owner)
+        authorize_in_browser(client, server, protected, client_id=PREREGISTERED, client_secret=PREREGISTERED_SECRET)
+        server.refresh_from_db()
+        assert server.oauth["client"]["client_id"] == PREREGISTERED
+        assert "client_secret" not in server.oauth["client"]  # the secret is kept with the tokens, encrypted
+        assert server.oauth_secrets["client_secret"] == PREREGISTERED_SECRET
+        assert services.sync_server(actor=actor, server_id=server.id).status == ServerStatus.OK

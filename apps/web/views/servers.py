@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from apps.core.encryption import decrypt, encrypt
 from apps.core.errors import Conflict, ValidationFailed
 from apps.registry import selectors, services
 from apps.registry.models import TRUST_TIER_HELP, Risk, ServerStatus, ToolState, Transport, TrustTier
@@ -268,7 +271,8 @@ def server_authorize(request: HttpRequest, server_id) -> HttpResponse:
     except ValidationFailed as exc:
         messages.error(request, " ".join(str(v) for v in exc.errors.values()))
         return redirect("web:server", server_id=server_id)
-    request.session[OAUTH_SESSION_KEY] = pending.as_dict()
+    # Encrypted: it carries the PKCE verifier and, for a pre-registered confidential client, its secret.
+    request.session[OAUTH_SESSION_KEY] = encrypt(json.dumps(pending.as_dict()))
     # A page with a link, not a redirect: browsers hold a form's redirects to CSP form-action ('self'), and
     # the admin sees where they are sent before they go.
     server = selectors.get_server(org_id=request.actor.org_id, server_id=server_id)
@@ -287,7 +291,11 @@ def server_oauth_callback(request: HttpRequest) -> HttpResponse:
     if not stored:
         messages.error(request, "No authorization was under way in this session: start it from the server's page.")
         return redirect("web:servers")
-    pending = Pending(**stored)
+    try:
+        pending = Pending(**json.loads(decrypt(stored)))
+    except Exception:  # a key rotated mid-flow: start again
+        messages.error(request, "The authorization under way can no longer be read: start it again.")
+        return redirect("web:servers")
     if request.GET.get("error"):
         messages.error(request, f"The authorization server refused: {request.GET.get('error')[:100]}.")
         return redirect("web:server", server_id=pending.server_id)

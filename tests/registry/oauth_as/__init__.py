@@ -26,11 +26,11 @@ class Protected:
 
 
 @contextmanager
-def protected_server(log_dir: Path, *, token_seconds: int = 3600):
+def protected_server(log_dir: Path, *, token_seconds: int = 3600, redirect_uris: tuple[str, ...] = ()):
     as_port, rs_port = free_port(), free_port()
     as_log, rs_log = log_dir / f"as-{as_port}.log", log_dir / f"rs-{rs_port}.log"
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
-    env.update(AS_TOKEN_SECONDS=str(token_seconds), PYTHONUNBUFFERED="1")
+    env.update(AS_TOKEN_SECONDS=str(token_seconds), AS_REDIRECT_URIS=" ".join(redirect_uris), PYTHONUNBUFFERED="1")
     as_url = f"http://127.0.0.1:{as_port}"
     with as_log.open("w") as out:
         auth_server = subprocess.Popen([sys.executable, "-m", "tests.registry.oauth_as.server", str(as_port),

@@ -5,8 +5,9 @@ database, on loopback.
     python -m tests.registry.oauth_as.server PORT DB_PATH
 
 One person (ada / AS_PASSWORD), one confidential `resource-server` client the MCP server introspects tokens
-with. Access tokens live $AS_TOKEN_SECONDS (default 3600). POST /test/revoke-all/ deletes every token (how a
-test makes a refresh fail, as when an admin revokes Airlock at the provider).
+with, and a pre-registered confidential client for Airlock (PREREGISTERED) whose redirect URIs are
+$AS_REDIRECT_URIS. Access tokens live $AS_TOKEN_SECONDS (default 3600). POST /test/revoke-all/ deletes every
+token (how a test makes a refresh fail, as when an admin revokes Airlock at the provider).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from django.conf import settings
 HERE = Path(__file__).resolve().parent
 AS_PASSWORD = "as-password-for-tests"
 RS_CLIENT, RS_SECRET = "resource-server", "resource-server-secret"
+PREREGISTERED, PREREGISTERED_SECRET = "airlock-preregistered", "airlock-preregistered-secret"
 
 
 def configure(port: int, db_path: str) -> None:
@@ -82,6 +84,10 @@ def seed() -> None:
 
     call_command("migrate", verbosity=0)
     User.objects.create_user(username="ada", email="ada@acme.test", password=AS_PASSWORD)
+    Application.objects.create(name=PREREGISTERED, client_id=PREREGISTERED, client_secret=PREREGISTERED_SECRET,
+                               client_type="confidential", authorization_grant_type="authorization-code",
+                               redirect_uris=os.environ.get("AS_REDIRECT_URIS", ""), hash_client_secret=True,
+                               algorithm="")
     Application.objects.create(name=RS_CLIENT, client_id=RS_CLIENT, client_secret=RS_SECRET,
                                client_type="confidential", authorization_grant_type="client-credentials",
                                hash_client_secret=True)
