@@ -180,6 +180,10 @@ def update_server(*, actor: Actor, server_id: UUID | str, bearer_token: str = ""
             setattr(server, key, data[key])
         if "enabled" in changed:
             server.status = ServerStatus.NEW if server.enabled else ServerStatus.DISABLED
+        if server.oauth and ({"url", "transport"} & set(changed)):
+            # Tokens were issued for the old resource: never send them anywhere else
+            server.oauth = server.oauth_secrets = None
+            changed.append("oauth")
         _save_server(server)
         if "name" in changed:
             for tool in server.tools.all():
