@@ -74,7 +74,7 @@ def secret_values(org_id: UUID | str) -> list[str]:
 def _stored_secrets(org_id: UUID | str) -> Iterator[str]:
     # By app label: the audit app sits below the apps that own these tables. Read as ciphertext (a cast to
     # text skips the field's decryption) so one value that cannot be decrypted does not hide the others.
-    sources = {"agents.LlmConnection": ("api_key",), "registry.McpServer": ("env", "headers"),
+    sources = {"agents.LlmConnection": ("api_key",), "registry.McpServer": ("env", "headers", "oauth_secrets"),
                "notifications.Webhook": ("secret",)}
     for model_label, fields in sources.items():
         rows = apps.get_model(model_label).objects.filter(org_id=org_id).values_list(

@@ -57,6 +57,7 @@ class ServerSpec:
     url: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 30.0
+    oauth_expires_at: float | None = None  # when its OAuth access token expires (pool refreshes before)
 
     @functools.cached_property  # the pool compares it on every call; a spec never changes once built
     def fingerprint(self) -> str:
@@ -72,12 +73,23 @@ class ServerSpec:
         return [v for v in values if len(v) >= 4]
 
 
+def _headers(server: McpServer) -> dict[str, str]:
+    headers = dict(server.headers or {})
+    access_token = (server.oauth_secrets or {}).get("access_token")
+    if access_token:  # OAuth (apps/registry/oauth.py) wins over a static bearer token
+        headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+        headers["Authorization"] = f"Bearer {access_token}"
+    return headers
+
+
 def spec_for(server: McpServer) -> ServerSpec:
     return ServerSpec(
         id=str(server.id), org_id=str(server.org_id), name=server.name, transport=server.transport,
         trust_tier=server.trust_tier, command=server.command, args=tuple(server.args or ()),
-        env=dict(server.env or {}), cwd=server.cwd, url=server.url, headers=dict(server.headers or {}),
+        env=dict(server.env or {}), cwd=server.cwd, url=server.url, headers=_headers(server),
         timeout_s=float(server.timeout_s or 30),
+        oauth_expires_at=(server.oauth or {}).get("expires_at") if (server.oauth_secrets or {}).get("access_token")
+        else None,
     )
 
 
@@ -192,7 +204,7 @@ async def discover(spec: ServerSpec, *, errlog: IO[str] | None = None,
             )
 
 
-def _run_to_completion(coroutine: Any) -> Any:
+def run_to_completion(coroutine: Any) -> Any:
     """asyncio.run, or on a short-lived thread when this thread already runs a loop (a Channels or
     Playwright caller): `asyncio.run` refuses to nest."""
     try:
@@ -208,7 +220,7 @@ def run_discovery(spec: ServerSpec) -> Discovery:
     http_errors: list[int] = []
     with tempfile.TemporaryFile("w+") as errlog:
         try:
-            return _run_to_completion(discover(spec, errlog=errlog, http_errors=http_errors))
+            return run_to_completion(discover(spec, errlog=errlog, http_errors=http_errors))
         except Exception as exc:
             message = describe_error(exc, spec=spec, stderr=stderr_tail(errlog), http_errors=http_errors)
             raise ServerUnreachable(message) from None

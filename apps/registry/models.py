@@ -38,6 +38,7 @@ class ServerStatus(models.TextChoices):
     SYNCING = "syncing", "Syncing"
     OK = "ok", "OK"
     ERROR = "error", "Error"
+    NEEDS_AUTH = "needs_auth", "Needs authorization"
     DISABLED = "disabled", "Disabled"
 
 
@@ -78,6 +79,12 @@ class McpServer(TenantModel):
     cwd = models.CharField(max_length=500, blank=True)
     url = models.URLField(max_length=500, blank=True)
     headers = EncryptedJSONField(null=True, blank=True)
+    # OAuth (apps/registry/oauth.py). `oauth`: what is not secret (expiry, resource, scope, the client
+    # registration without its secret, the authorization server's metadata). `oauth_secrets`: the access and
+    # refresh tokens and any client secret; like `headers`: encrypted, write-only, never in logs, events,
+    # traces or exports (apps/audit/org_secrets.py redacts them).
+    oauth = models.JSONField(null=True, blank=True)
+    oauth_secrets = EncryptedJSONField(null=True, blank=True)
     trust_tier = models.CharField(max_length=20, choices=TrustTier.choices)
     enabled = models.BooleanField(default=True)
     timeout_s = models.PositiveIntegerField(default=30)
@@ -116,6 +123,10 @@ class McpServer(TenantModel):
     @property
     def env_keys(self) -> list[str]:
         return sorted((self.env or {}).keys())
+
+    @property
+    def uses_oauth(self) -> bool:
+        return bool(self.oauth)
 
     @property
     def header_keys(self) -> list[str]:

@@ -33,7 +33,7 @@ from mcp.types import (
 )
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
-from apps.registry import selectors
+from apps.registry import oauth, selectors
 from apps.registry.connection import ServerSpec, connect, describe_error, spec_for, stderr_tail
 from apps.registry.host import CallHost, declining, hosted
 from apps.registry.models import McpServer
@@ -339,10 +339,16 @@ def current_spec(server: McpServer) -> ServerSpec:
     through `services` and `save()`, which moves `updated_at`. `server` may be a row read with only
     LIVE_SERVER_FIELDS (the engine's per-step read): its secrets are then read only when it changed."""
     cached = _specs.get(str(server.id))
-    if cached is not None and cached[0] == server.updated_at:
+    if cached is not None and cached[0] == server.updated_at and not oauth.needs_refresh(
+            {"expires_at": cached[1].oauth_expires_at}):
         return cached[1]
-    if server.get_deferred_fields():
+    if server.get_deferred_fields() or cached is not None:
         server = selectors.server_by_id(server.id)
+    if oauth.needs_refresh(server.oauth if (server.oauth_secrets or {}).get("access_token") else None):
+        from apps.registry import services  # services sit above the pool; only this refresh writes
+
+        if not services.ensure_fresh_token(server):
+            raise ToolCallFailed(f"The server {server.name!r} needs authorization: {server.last_error}")
     spec = spec_for(server)
     _specs[str(server.id)] = (server.updated_at, spec)
     return spec

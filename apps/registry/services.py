@@ -19,8 +19,9 @@ from apps.audit.org_secrets import redact_outside
 from apps.core.egress import save_time_error
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.realtime import org_group, publish_after_commit
-from apps.registry import selectors
+from apps.registry import oauth, selectors
 from apps.registry.connection import Discovery, ServerUnreachable, run_discovery, spec_for
+from apps.registry.connection import run_to_completion as run_async
 from apps.registry.definitions import (
     RISK_ORDER,
     canonical_definition,
@@ -179,6 +180,10 @@ def update_server(*, actor: Actor, server_id: UUID | str, bearer_token: str = ""
             setattr(server, key, data[key])
         if "enabled" in changed:
             server.status = ServerStatus.NEW if server.enabled else ServerStatus.DISABLED
+        if server.oauth and ({"url", "transport"} & set(changed)):
+            # Tokens were issued for the old resource: never send them anywhere else
+            server.oauth = server.oauth_secrets = None
+            changed.append("oauth")
         _save_server(server)
         if "name" in changed:
             for tool in server.tools.all():
@@ -286,12 +291,110 @@ def sync_server(*, actor: Actor, server_id: UUID | str) -> SyncReport:
         raise Conflict(f"The server {server.name!r} is disabled; enable it before syncing.")
     if server.transport == Transport.BUILTIN:
         raise Conflict(f"{server.name!r} is built into Airlock: there is nothing to sync.")
+    if server.transport == Transport.HTTP and server.oauth and not ensure_fresh_token(server):
+        return SyncReport(status=ServerStatus.NEEDS_AUTH, error=server.last_error)
     McpServer.objects.filter(pk=server.pk).update(status=ServerStatus.SYNCING)
     try:
         discovery = run_discovery(spec_for(server))
     except ServerUnreachable as exc:
+        if server.transport == Transport.HTTP and _asks_for_oauth(server.url):
+            _mark_needs_authorization(server.pk, "The server asks for OAuth authorization: authorize Airlock "
+                                                 "from the server's page.")
+            return SyncReport(status=ServerStatus.NEEDS_AUTH, error=str(exc))
         return _record_failure(actor=actor, server_id=server.pk, message=str(exc))
     return _apply_discovery(actor=actor, server_id=server.pk, discovery=discovery)
+
+
+# --- OAuth (apps/registry/oauth.py) -------------------------------------------------------------
+
+def _asks_for_oauth(url: str) -> bool:
+    try:
+        return oauth.wants_oauth(run_async(oauth.probe(url)))
+    except Exception:  # unreachable, refused by the egress guard: not an OAuth challenge
+        return False
+
+
+def _mark_needs_authorization(server_id: UUID, message: str) -> None:
+    with transaction.atomic():
+        server = McpServer.objects.select_for_update().get(pk=server_id)
+        server.status, server.last_error = ServerStatus.NEEDS_AUTH, message
+        server.save(update_fields=["status", "last_error", "updated_at"])
+        audit.record(org_id=server.org_id, actor=None, action="server.needs_authorization", target=server,
+                     target_label=server.name, data={"error": message[:500]})
+    publish_after_commit(org_group(server.org_id), "server.synced", server_id=str(server_id))
+
+
+def begin_authorization(*, actor: Actor, server_id: UUID | str, redirect_uri: str, client_id: str = "",
+                        client_secret: str = "") -> oauth.Pending:
+    """Discovers, registers Airlock as a client and returns what the browser is sent to. Writes nothing: the
+    caller keeps `Pending` in the admin's session. Raises PermissionDenied, NotFound, ValidationFailed."""
+    actor.require("servers.manage")
+    server = selectors.get_server(org_id=actor.org_id, server_id=server_id)
+    if server.transport != Transport.HTTP:
+        message = "Only an HTTP server can use OAuth."
+        raise ValidationFailed(message, {"transport": message})
+    try:
+        return run_async(oauth.begin(server_id=str(server.id), url=server.url, redirect_uri=redirect_uri,
+                                     client_id=client_id, client_secret=client_secret,
+                                     timeout=float(server.timeout_s or 30)))
+    except oauth.OAuthFailed as exc:
+        message = redact_outside(str(exc), org_id=actor.org_id)
+        raise ValidationFailed(message, {"oauth": message}) from None
+    except Exception as exc:
+        message = ("Could not reach the server or its authorization server: "
+                   f"{redact_outside(str(exc), org_id=actor.org_id)}")
+        raise ValidationFailed(message, {"oauth": message}) from None
+
+
+def complete_authorization(*, actor: Actor, pending: oauth.Pending, code: str, state: str,
+                           iss: str | None = None) -> McpServer:
+    """Exchanges the code, stores the tokens (encrypted) and syncs. Writes McpServer.oauth/oauth_secrets and a
+    `server.authorized` audit row (no token in it). Raises PermissionDenied, NotFound, ValidationFailed."""
+    actor.require("servers.manage")
+    server = selectors.get_server(org_id=actor.org_id, server_id=pending.server_id)
+    try:
+        grant = run_async(oauth.complete(pending, code=code, state=state, iss=iss,
+                                         timeout=float(server.timeout_s or 30)))
+    except oauth.OAuthFailed as exc:
+        raise ValidationFailed(str(exc), {"oauth": str(exc)}) from None
+    with transaction.atomic():
+        server = McpServer.objects.select_for_update().get(pk=server.pk)
+        server.oauth, server.oauth_secrets = grant.state, grant.secrets
+        server.status, server.last_error = ServerStatus.NEW, ""
+        server.save(update_fields=["oauth", "oauth_secrets", "status", "last_error", "updated_at"])
+        audit.record(org_id=server.org_id, actor=actor, action="server.authorized", target=server,
+                     target_label=server.name, data={"scope": grant.state.get("scope") or "",
+                                                     "resource": grant.state["resource"]})
+        if server.enabled:
+            _enqueue_sync(server)
+    return server
+
+
+def ensure_fresh_token(server: McpServer) -> bool:
+    """Refreshes the server's access token when it expires within oauth.REFRESH_MARGIN_S. False (and the
+    server marked "needs authorization") when the refresh is refused; True when the token is good.
+    The row stays locked during the refresh: with rotating refresh tokens, two processes refreshing at once
+    would make the second one's refresh fail."""
+    if not server.oauth or not oauth.needs_refresh(server.oauth):
+        return True
+    with transaction.atomic():
+        row = McpServer.objects.select_for_update().get(pk=server.pk)
+        if not oauth.needs_refresh(row.oauth):  # another process refreshed it meanwhile
+            server.oauth, server.oauth_secrets, server.updated_at = row.oauth, row.oauth_secrets, row.updated_at
+            return True
+        try:
+            grant = run_async(oauth.refresh(row.oauth, dict(row.oauth_secrets or {}),
+                                            timeout=float(row.timeout_s or 30)))
+        except Exception as exc:
+            why = str(exc) if isinstance(exc, oauth.OAuthFailed) else "the authorization server is unreachable"
+            message = f"Refreshing the OAuth token failed ({why}): authorize Airlock again from the server's page."
+            _mark_needs_authorization(server.pk, message)
+            server.status, server.last_error = ServerStatus.NEEDS_AUTH, message
+            return False
+        row.oauth, row.oauth_secrets = grant.state, grant.secrets
+        row.save(update_fields=["oauth", "oauth_secrets", "updated_at"])
+    server.oauth, server.oauth_secrets, server.updated_at = row.oauth, row.oauth_secrets, row.updated_at
+    return True
 
 
 def _record_failure(*, actor: Actor, server_id: UUID, message: str) -> SyncReport:

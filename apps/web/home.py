@@ -55,6 +55,7 @@ def dashboard_context(actor) -> dict[str, Any]:
 
     servers = registry.servers_for_org(org_id=org_id)
     server_errors = servers.filter(status="error").count()
+    servers_needing_auth = servers.filter(status="needs_auth").count()
     quarantined = registry.tools_for_org(org_id=org_id, state="quarantined").count()
 
     checklist = [
@@ -81,6 +82,7 @@ def dashboard_context(actor) -> dict[str, Any]:
         "org_budget": org_budget,
         "server_count": servers.count(),
         "server_errors": server_errors,
+        "servers_needing_auth": servers_needing_auth,
         "quarantined_tools": quarantined,
         "checklist": checklist,
         "checklist_done": sum(step.done for step in checklist),

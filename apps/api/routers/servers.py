@@ -27,7 +27,8 @@ class ServerOut(Schema):
     trust_tier: TrustTier
     enabled: bool
     timeout_s: int
-    status: str
+    status: str  # new, syncing, ok, error, needs_auth (OAuth: authorize again from the server's page), disabled
+    uses_oauth: bool  # Airlock holds OAuth tokens for it (never shown)
     protocol_version: str
     server_info: dict[str, Any]
     capabilities: dict[str, Any]

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 from django import forms
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from apps.core.encryption import decrypt, encrypt
 from apps.core.errors import Conflict, ValidationFailed
 from apps.registry import selectors, services
 from apps.registry.models import TRUST_TIER_HELP, Risk, ServerStatus, ToolState, Transport, TrustTier
@@ -244,3 +247,63 @@ def tool_update(request: HttpRequest, tool_id) -> HttpResponse:
         return _tool_page(request, tool_id, status=422, error=exc.message)
     messages.success(request, "Tool updated.")
     return redirect("web:tool", tool_id=tool_id)
+
+
+# --- OAuth: Airlock authorizes itself with the server's authorization server (apps/registry/oauth.py) -----
+
+OAUTH_SESSION_KEY = "server_oauth_pending"
+
+
+@post_only
+@member_required("servers.manage")
+def server_authorize(request: HttpRequest, server_id) -> HttpResponse:
+    """Starts (or restarts) the OAuth flow: discovery and registration, then a page whose link sends the
+    admin's browser to the authorization server. What the callback needs (PKCE verifier, state, the client
+    registration) stays in this admin's session."""
+    from django.urls import reverse
+
+    try:
+        pending = services.begin_authorization(
+            actor=request.actor, server_id=server_id,
+            redirect_uri=request.build_absolute_uri(reverse("web:server_oauth_callback")),
+            client_id=request.POST.get("client_id", "").strip(),
+            client_secret=request.POST.get("client_secret", "").strip())
+    except ValidationFailed as exc:
+        messages.error(request, " ".join(str(v) for v in exc.errors.values()))
+        return redirect("web:server", server_id=server_id)
+    # Encrypted: it carries the PKCE verifier and, for a pre-registered confidential client, its secret.
+    request.session[OAUTH_SESSION_KEY] = encrypt(json.dumps(pending.as_dict()))
+    # A page with a link, not a redirect: browsers hold a form's redirects to CSP form-action ('self'), and
+    # the admin sees where they are sent before they go.
+    server = selectors.get_server(org_id=request.actor.org_id, server_id=server_id)
+    return render(request, "web/servers/authorize.html", {
+        "server": server, "issuer": pending.metadata.get("issuer", ""), "scope": pending.scope,
+        "authorization_url": pending.authorization_url})
+
+
+@member_required("servers.manage")
+def server_oauth_callback(request: HttpRequest) -> HttpResponse:
+    """Where the authorization server sends the admin's browser back. Only the pending flow of this session
+    (same state) is completed; it is used once."""
+    from apps.registry.oauth import Pending
+
+    stored = request.session.pop(OAUTH_SESSION_KEY, None)
+    if not stored:
+        messages.error(request, "No authorization was under way in this session: start it from the server's page.")
+        return redirect("web:servers")
+    try:
+        pending = Pending(**json.loads(decrypt(stored)))
+    except Exception:  # a key rotated mid-flow: start again
+        messages.error(request, "The authorization under way can no longer be read: start it again.")
+        return redirect("web:servers")
+    if request.GET.get("error"):
+        messages.error(request, f"The authorization server refused: {request.GET.get('error')[:100]}.")
+        return redirect("web:server", server_id=pending.server_id)
+    try:
+        services.complete_authorization(actor=request.actor, pending=pending, code=request.GET.get("code", ""),
+                                        state=request.GET.get("state", ""), iss=request.GET.get("iss"))
+    except ValidationFailed as exc:
+        messages.error(request, " ".join(str(v) for v in exc.errors.values()))
+        return redirect("web:server", server_id=pending.server_id)
+    messages.success(request, "Airlock is authorized with this server; syncing its tools now.")
+    return redirect("web:server", server_id=pending.server_id)
