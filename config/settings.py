@@ -71,6 +71,7 @@ AIRLOCK_OAUTH_ACCESS_TOKEN_S = int(os.environ.get("AIRLOCK_OAUTH_ACCESS_TOKEN_S"
 OAUTH2_PROVIDER = {
     "PKCE_REQUIRED": True,
     "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,  # RFC 9207 `iss` on the redirect: mix-up defence
     "DCR_ENABLED": True,
     # Any host may register a client; registering grants nothing until a person consents.
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),

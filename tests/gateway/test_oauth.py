@@ -89,12 +89,14 @@ def consent(browser: DjangoClient, authorize_url: str, agent_id: str) -> Authori
         connection.close()
 
 
-def provider(url: str, storage: Memory, browser: DjangoClient, agent_id: str, seen: list) -> OAuthClientProvider:
+def provider(url: str, storage: Memory, browser: DjangoClient, agent_id: str, seen: list,
+             consented: list) -> OAuthClientProvider:
     async def redirect(authorize_url: str) -> None:
         seen.append(authorize_url)
 
     async def callback() -> AuthorizationCodeResult:
-        return await anyio.to_thread.run_sync(consent, browser, seen[-1], agent_id)
+        consented.append(await anyio.to_thread.run_sync(consent, browser, seen[-1], agent_id))
+        return consented[-1]
 
     metadata = OAuthClientMetadata(client_name="Test host", redirect_uris=["http://127.0.0.1:9/callback"],
                                    grant_types=["authorization_code", "refresh_token"], response_types=["code"],
@@ -115,8 +117,8 @@ def test_an_oauth_only_host_connects_as_the_picked_agent_and_its_token_refreshes
         oauth_gateway, setup, live_url):
     url, log = oauth_gateway
     owner = owner_of(setup.org)
-    browser = signed_in(DjangoClient(), owner)
-    storage, seen = Memory(), []
+    browser = signed_in(DjangoClient(HTTP_HOST=urlsplit(live_url).netloc), owner)  # the issuer's host: `iss`
+    storage, seen, consented = Memory(), [], []
 
     # Without a token: 401 naming where the protected resource metadata is, and the metadata names Airlock.
     anonymous = httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"}, timeout=10)
@@ -126,7 +128,7 @@ def test_an_oauth_only_host_connects_as_the_picked_agent_and_its_token_refreshes
     assert metadata["resource"] == url and metadata["authorization_servers"] == [live_url]
 
     async def connect_and_work():
-        http = httpx2.AsyncClient(auth=provider(url, storage, browser, str(setup.agent.id), seen),
+        http = httpx2.AsyncClient(auth=provider(url, storage, browser, str(setup.agent.id), seen, consented),
                                   timeout=httpx2.Timeout(60))
         async with Client(streamable_http_client(url, http_client=http), read_timeout_seconds=60) as client:
             names = {t.name for t in (await client.list_tools()).tools}
@@ -141,6 +143,7 @@ def test_an_oauth_only_host_connects_as_the_picked_agent_and_its_token_refreshes
     assert decisions and decisions[0][0]["tool"] == "orders.refund_order" and decisions[0][1] == 200
     assert not held.is_error, held
     assert "code_challenge=" in seen[0] and "resource=" in seen[0]
+    assert consented and consented[0].iss == live_url  # RFC 9207: the SDK checked it against the issuer
 
     grant = OAuthGrant.objects.get(org=setup.org)
     assert grant.agent_id == setup.agent.id and grant.user_id == owner.user_id and grant.revoked_at is None
