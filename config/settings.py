@@ -61,6 +61,37 @@ AIRLOCK_GATEWAY_ALLOWED_ORIGINS = env_list("AIRLOCK_GATEWAY_ALLOWED_ORIGINS")
 AIRLOCK_GATEWAY_MAX_BODY_BYTES = int(os.environ.get("AIRLOCK_GATEWAY_MAX_BODY_BYTES", str(1024 * 1024)))
 AIRLOCK_GATEWAY_POLL_S = float(os.environ.get("AIRLOCK_GATEWAY_POLL_S", "1.0"))
 AIRLOCK_GATEWAY_VIEW_REFRESH_S = float(os.environ.get("AIRLOCK_GATEWAY_VIEW_REFRESH_S", "30"))  # safety net
+
+# The gateway as an OAuth protected resource; the web app (django-oauth-toolkit) is its authorization
+# server: metadata at /.well-known/oauth-authorization-server, dynamic client registration, the
+# authorization code flow with PKCE (S256 only), and a consent page where the person picks the agent.
+# The issuer is the web app's own URL as requests reach it; the gateway names AIRLOCK_BASE_URL as its
+# authorization server, so the two must be the same public address.
+AIRLOCK_OAUTH_ACCESS_TOKEN_S = int(os.environ.get("AIRLOCK_OAUTH_ACCESS_TOKEN_S", "3600"))
+OAUTH2_PROVIDER = {
+    "PKCE_REQUIRED": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,  # RFC 9207 `iss` on the redirect: mix-up defence
+    "DCR_ENABLED": True,
+    # Any host may register a client; registering grants nothing until a person consents.
+    "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
+    "SCOPES": {"mcp:tools": "Use one Airlock agent's tools through the MCP gateway"},
+    "DEFAULT_SCOPES": ["mcp:tools"],
+    "ACCESS_TOKEN_EXPIRE_SECONDS": AIRLOCK_OAUTH_ACCESS_TOKEN_S,
+    "REFRESH_TOKEN_EXPIRE_SECONDS": int(os.environ.get("AIRLOCK_OAUTH_REFRESH_TOKEN_S", str(30 * 24 * 3600))),
+    "AUTHORIZATION_CODE_EXPIRE_SECONDS": 120,
+    "ROTATE_REFRESH_TOKEN": True,
+    "REQUEST_APPROVAL_PROMPT": "force",  # the consent page every time: the agent is picked there
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_basic", "client_secret_post"],
+    "OAUTH2_GRANT_TYPES_SUPPORTED": ["authorization_code", "refresh_token"],
+    "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
+    "ALLOWED_REDIRECT_URI_SCHEMES": ["http", "https"],
+}
+OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
+OAUTH2_PROVIDER_ACCESS_TOKEN_MODEL = "oauth2_provider.AccessToken"
+OAUTH2_PROVIDER_REFRESH_TOKEN_MODEL = "oauth2_provider.RefreshToken"
+OAUTH2_PROVIDER_ID_TOKEN_MODEL = "oauth2_provider.IDToken"
+OAUTH2_PROVIDER_GRANT_MODEL = "oauth2_provider.Grant"
 # Argument names masked in traces, exports, run events and the audit log, on top of the built-in
 # secret patterns (token, password, api_key, authorization, ...). Whole names, case-insensitive.
 AIRLOCK_SENSITIVE_ARGUMENTS = env_list("AIRLOCK_SENSITIVE_ARGUMENTS") or ["ssn", "card_number", "cvv", "iban",
@@ -93,6 +124,7 @@ INSTALLED_APPS = [
     "allauth.socialaccount",
     "allauth.socialaccount.providers.openid_connect",
     "allauth.mfa",  # TOTP and recovery codes
+    "oauth2_provider",  # the authorization server MCP hosts sign in through to reach the gateway
     # Domain apps, in dependency order (ARCHITECTURE.md section 2).
     "apps.core",
     "apps.audit",

@@ -2,9 +2,10 @@ from allauth.account import views as account_views
 from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
+from oauth2_provider import urls as oauth_urls
 
 from apps.api.api import api
-from apps.web.views import sso
+from apps.web.views import oauth, sso
 
 # allauth runs single sign-on only. Its own password pages would be a second way in that skips
 # Airlock's sign-in rules, so the names its flow reverses lead to Airlock's pages instead.
@@ -21,7 +22,17 @@ allauth_patterns = [
     path("oidc/<str:provider_id>/login/callback/", sso.sso_callback, name="openid_connect_callback"),
 ]
 
+# Airlock's OAuth authorization server for MCP hosts (django-oauth-toolkit): RFC 8414 metadata at the
+# root, the endpoints under /o/, with Airlock's consent page (the agent picker) as /o/authorize/.
+oauth_patterns = [
+    path("authorize/", oauth.ConsentView.as_view(), name="authorize"),
+    *[p for p in oauth_urls.base_urlpatterns if p.name in ("token", "revoke-token")],
+    *oauth_urls.dcr_urlpatterns,
+]
+
 urlpatterns = [
+    path("", include((oauth_urls.metadata_urlpatterns[:2], "oauth2_provider_meta"))),
+    path("o/", include((oauth_patterns, "oauth2_provider"))),
     path("api/v1/", api.urls),
     path("django-admin/", admin.site.urls),
     path("accounts/", include(allauth_patterns)),

@@ -123,9 +123,9 @@ def run_async(coroutine):
 
 
 @contextmanager
-def gateway_server(log_dir: Path, **env: str):
-    """`uvicorn config.gateway:app` (the MCP gateway, endpoint /mcp) on a free port; yields (url, process)."""
-    port = free_port()
+def gateway_server(log_dir: Path, port: int | None = None, **env: str):
+    """`uvicorn config.gateway:app` (the MCP gateway, endpoint /mcp) on `port` or a free one; yields (url, process)."""
+    port = port or free_port()
     log = log_dir / f"gateway-{port}.log"
     with log.open("w") as out:
         proc = subprocess.Popen(

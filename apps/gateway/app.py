@@ -7,6 +7,7 @@ import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 from django.conf import settings
@@ -15,13 +16,25 @@ from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
+from pydantic import AnyHttpUrl
 from starlette.applications import Starlette
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from apps.gateway.server import Gateway, GatewayServer, auth_error_response
+from apps.gateway.server import METADATA_PATH, Gateway, GatewayServer, auth_error_response, metadata_url, resource_url
+
+
+async def protected_resource_metadata(request: Request) -> JSONResponse:
+    """RFC 9728: this gateway is an OAuth protected resource; Airlock's web app authorizes it."""
+    return JSONResponse({
+        "resource": resource_url(),
+        "authorization_servers": [settings.AIRLOCK_BASE_URL.rstrip("/")],
+        "scopes_supported": ["mcp:tools"],
+        "bearer_methods_supported": ["header"],
+        "resource_name": "Airlock MCP gateway",
+    }, headers={"Cache-Control": "max-age=300"})
 
 
 def transport_security() -> TransportSecuritySettings:
@@ -126,7 +139,8 @@ def build_app() -> Starlette:
     json_manager = StreamableHTTPSessionManager(app=server, security_settings=security, max_request_body_size=limit,
                                                 json_response=True, stateless=True)
     endpoint = AuthenticationMiddleware(
-        AuthContextMiddleware(RequireAuthMiddleware(EraRouter(manager, json_manager, limit, gateway), [])),
+        AuthContextMiddleware(RequireAuthMiddleware(EraRouter(manager, json_manager, limit, gateway), [],
+                                                    resource_metadata_url=AnyHttpUrl(metadata_url()))),
         backend=gateway.auth, on_error=auth_error_response)
 
     async def healthz(request: Request) -> JSONResponse:
@@ -152,7 +166,10 @@ def build_app() -> Starlette:
                 with anyio.CancelScope(shield=True):
                     await gateway.stop()
 
-    app = GatewayApp(routes=[Route("/mcp", endpoint=endpoint), Route("/healthz", healthz)], lifespan=lifespan)
+    routes = [Route("/mcp", endpoint=endpoint), Route("/healthz", healthz),
+              Route(METADATA_PATH, protected_resource_metadata),
+              Route(METADATA_PATH + urlsplit(resource_url()).path, protected_resource_metadata)]
+    app = GatewayApp(routes=routes, lifespan=lifespan)
     app.mcp_endpoint = endpoint
     app.state.gateway = gateway
     return app

@@ -58,3 +58,24 @@ class GatewaySession(TenantModel):
 
     def __str__(self) -> str:
         return f"{self.key_id} {self.session_id or 'stateless'}"
+
+
+class OAuthGrant(TenantModel):
+    """A person's consent that one OAuth client (an MCP host registered with Airlock's authorization
+    server) acts as one agent. The gateway identity behind it is `key`, a GatewayKey with no value of
+    its own (its hash is random and never shown): the host's OAuth access token leads to this grant,
+    the grant to the key, the key to the agent, its rate and its sessions, as a pasted key would."""
+
+    application = models.ForeignKey("oauth2_provider.Application", on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    agent = models.ForeignKey("agents.Agent", on_delete=models.CASCADE, related_name="oauth_grants")
+    key = models.OneToOneField(GatewayKey, on_delete=models.CASCADE, related_name="oauth_grant")
+    client_name = models.CharField(max_length=200, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["application", "user", "revoked_at"], name="gateway_oauth_grant_app_user")]
+        ordering = ["revoked_at", "-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.client_name or self.application_id} as {self.agent_id}"

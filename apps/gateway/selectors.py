@@ -12,7 +12,7 @@ from django.db.models import OuterRef, QuerySet, Subquery
 from apps.accounts.models import Membership
 from apps.accounts.roles import allows
 from apps.core.errors import NotFound
-from apps.gateway.models import GatewayKey, GatewaySession
+from apps.gateway.models import GatewayKey, GatewaySession, OAuthGrant
 
 KEY_PREFIX = "agw_"
 
@@ -22,7 +22,8 @@ def hash_key(raw: str) -> str:
 
 
 def org_keys(*, org_id: UUID | str, include_revoked: bool = True) -> QuerySet[GatewayKey]:
-    keys = GatewayKey.objects.filter(org_id=org_id).select_related("agent", "created_by")
+    # The keys behind OAuth grants have no value anyone holds: they are listed as the grants.
+    keys = GatewayKey.objects.filter(org_id=org_id, oauth_grant__isnull=True).select_related("agent", "created_by")
     if not include_revoked:
         keys = keys.filter(revoked_at__isnull=True)
     return keys.order_by("revoked_at", "-created_at")
@@ -51,11 +52,14 @@ def key_standing(raw: str) -> KeyStanding:
     (no creator) is bound by its revocation alone."""
     if not raw or len(raw) > 200 or not raw.startswith(KEY_PREFIX):
         return KeyStanding(None, "This is not a gateway key (they start with agw_).")
+    return _standing(GatewayKey.objects.filter(key_hash=hash_key(raw)), "Unknown gateway key.")
+
+
+def _standing(keys: QuerySet[GatewayKey], unknown: str) -> KeyStanding:
     creator_role = Membership.objects.filter(org_id=OuterRef("org_id"), user_id=OuterRef("created_by_id"))
-    key = (GatewayKey.objects.filter(key_hash=hash_key(raw))
-           .annotate(creator_role=Subquery(creator_role.values("role")[:1])).first())
+    key = keys.annotate(creator_role=Subquery(creator_role.values("role")[:1])).first()
     if key is None:
-        return KeyStanding(None, "Unknown gateway key.")
+        return KeyStanding(None, unknown)
     if key.revoked_at is not None:
         return KeyStanding(None, f"The gateway key {key.name!r} was revoked.")
     if key.created_by_id is not None and key.creator_role is None:
@@ -66,6 +70,40 @@ def key_standing(raw: str) -> KeyStanding:
                                  f"{key.creator_role} and may no longer manage gateway keys; an admin must "
                                  "create a new key.")
     return KeyStanding(key)
+
+
+def bearer_standing(raw: str, *, resource: str = "") -> KeyStanding:
+    """A presented bearer value: a gateway key (`agw_…`) or an OAuth access token from Airlock's
+    authorization server. A token stands while it is unexpired, was issued for this gateway
+    (`resource`, RFC 8707, when the host named one), and its grant and the key behind it stand
+    (a grant acts for the person who consented, while they may manage gateway keys)."""
+    if raw.startswith(KEY_PREFIX) or not raw or len(raw) > 500:
+        return key_standing(raw)
+    from oauth2_provider.models import get_access_token_model
+
+    token = (get_access_token_model().objects.filter(token_checksum=hashlib.sha256(raw.encode()).hexdigest())
+             .only("id", "user_id", "application_id", "expires", "resource").first())
+    if token is None or token.user_id is None:
+        return KeyStanding(None, "Unknown or revoked access token; sign in again.")
+    if token.is_expired():
+        return KeyStanding(None, "The access token has expired; refresh it or sign in again.")
+    if resource and not token.allows_audience(resource):
+        return KeyStanding(None, "The access token was not issued for this gateway.")
+    grants = GatewayKey.objects.filter(oauth_grant__application_id=token.application_id,
+                                       oauth_grant__user_id=token.user_id, oauth_grant__revoked_at__isnull=True)
+    return _standing(grants.order_by("-created_at"), "The access to this host was revoked; sign in again.")
+
+
+def org_oauth_grants(*, org_id: UUID | str) -> QuerySet[OAuthGrant]:
+    return (OAuthGrant.objects.filter(org_id=org_id).select_related("agent", "user", "key")
+            .order_by("revoked_at", "-created_at"))
+
+
+def get_oauth_grant(*, org_id: UUID | str, grant_id: UUID | str) -> OAuthGrant:
+    try:
+        return OAuthGrant.objects.select_related("key", "agent").get(org_id=org_id, id=grant_id)
+    except (OAuthGrant.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such OAuth grant.") from None
 
 
 def key_sessions(*, key: GatewayKey, limit: int = 20) -> QuerySet[GatewaySession]:

@@ -30,6 +30,7 @@ import logging
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import anyio
 import anyio.to_thread
@@ -194,6 +195,20 @@ class KeyBackend(AuthenticationBackend):
         return AuthCredentials([]), AuthenticatedUser(access)
 
 
+METADATA_PATH = "/.well-known/oauth-protected-resource"
+
+
+def resource_url() -> str:
+    """The gateway's resource identifier (RFC 8707/9728): its public endpoint URL."""
+    return settings.AIRLOCK_GATEWAY_URL.rstrip("/")
+
+
+def metadata_url() -> str:
+    """Where the gateway's protected resource metadata is (RFC 9728: the resource's path after the well-known one)."""
+    parts = urlsplit(resource_url())
+    return f"{parts.scheme}://{parts.netloc}{METADATA_PATH}{parts.path}"
+
+
 def auth_error_response(conn: Any, exc: Exception) -> JSONResponse:
     """401 with the reason for a refused key; 503 with Retry-After while the database is down."""
     if isinstance(exc, DatabaseUnavailable):
@@ -202,7 +217,8 @@ def auth_error_response(conn: Any, exc: Exception) -> JSONResponse:
     description = str(exc).replace('"', "'")
     return JSONResponse({"error": "invalid_token", "error_description": description}, status_code=401,
                         headers={"WWW-Authenticate": f'Bearer error="invalid_token", '
-                                                     f'error_description="{description}"'})
+                                                     f'error_description="{description}", '
+                                                     f'resource_metadata="{metadata_url()}"'})
 
 
 class Gateway:
@@ -233,7 +249,7 @@ class Gateway:
 
         Raises KeyRefused (with the reason) or DatabaseUnavailable."""
         try:
-            standing = await _db(selectors.key_standing, raw)
+            standing = await _db(selectors.bearer_standing, raw, resource=resource_url())
         except DatabaseError as exc:
             logger.warning("gateway: cannot check a key, the database does not answer: %s", type(exc).__name__)
             raise DatabaseUnavailable("Airlock's database does not answer; try again in a few seconds.") from None

@@ -66,6 +66,7 @@ urlpatterns = [
     path("settings/tokens/<uuid:token_id>/revoke/", tokens.revoke_token, name="token_revoke"),
     path("settings/gateway/", gateway.gateway_keys, name="gateway_keys"),
     path("settings/gateway/<uuid:key_id>/revoke/", gateway.revoke_gateway_key, name="gateway_key_revoke"),
+    path("settings/gateway/oauth/<uuid:grant_id>/revoke/", gateway.revoke_oauth_grant, name="gateway_oauth_revoke"),
     path("settings/system/", system.system, name="system"),
     path("settings/system/check-worker/", system.check_worker, name="check_worker"),
     path("settings/system/retention/", system.set_retention, name="set_retention"),

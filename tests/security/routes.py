@@ -17,6 +17,7 @@ from django.apps import apps as django_apps
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.urls.converters import UUIDConverter
 from django.utils import timezone
+from oauth2_provider.models import Application
 
 from apps.accounts import services as accounts
 from apps.accounts.actors import member_actor
@@ -45,6 +46,8 @@ NOT_TENANT_PARAMS = {
     "invite/<str:token>/": "an emailed invite link: the secret token is the only key, no organisation object id",
     "accounts/oidc/<str:provider_id>/login/": "single sign-on start: an organisation's public slug, before sign-in",
     "accounts/oidc/<str:provider_id>/login/callback/": "single sign-on callback: checked by allauth's state",
+    ".well-known/oauth-authorization-server/<path:issuer_path>": "OAuth server metadata (RFC 8414): public",
+    "o/register/<str:client_id>/": "an OAuth client's own registration (RFC 7592): its registration token is the key",
 }
 MARKER = "zebrafish"  # in every name of the victim's objects: must never appear in another org's answers
 
@@ -214,6 +217,10 @@ def populate(org) -> Victim:
                               target_label=f"{MARKER} crew")
     key, _raw = gateway.create_key(actor=owner_actor, name=f"{MARKER} key", agent_id=agent.id)
     ids.update(price_id=str(price.id), budget_id=str(budget.id), key_id=str(key.id))
+    host = Application.objects.create(name=f"{MARKER} host", client_type="public",
+                                      authorization_grant_type="authorization-code",
+                                      redirect_uris="http://127.0.0.1:9/cb")
+    ids["grant_id"] = str(gateway.grant_oauth(actor=owner_actor, application=host, agent_id=agent.id).id)
     approval = ApprovalRequest.objects.get(id=ids["approval_id"])
     ids["standing_id"] = str(standing.create_standing(actor=owner_actor, request=approval, scope="run").id)
     webhook, _secret = notifications.create_webhook(actor=owner_actor, name=f"{MARKER} hook",

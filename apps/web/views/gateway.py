@@ -1,5 +1,6 @@
 """Settings → MCP gateway: keys bound to an agent (create: shown once with the host config to
-paste; revoke; last used) for outside MCP hosts such as Claude Desktop and Cursor."""
+paste; revoke; last used) for outside MCP hosts such as Claude Desktop and Cursor, and beside them
+the hosts connected with OAuth (the agent a person picked on the consent page; revoke)."""
 
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ def host_config(url: str, raw: str) -> dict[str, str]:
 def _page(request: HttpRequest, form: CreateGatewayKeyForm, created=None, status: int = 200) -> HttpResponse:
     url = settings.AIRLOCK_GATEWAY_URL
     context = {"keys": selectors.org_keys(org_id=request.actor.org_id), "form": form, "created": created,
+               "grants": selectors.org_oauth_grants(org_id=request.actor.org_id),
                "gateway_url": url, "config": host_config(url, created[1]) if created else None}
     template = "web/settings/gateway_keys.html#gateway-panel" if request.htmx else "web/settings/gateway_keys.html"
     return render(request, template, context, status=status)
@@ -75,6 +77,16 @@ def gateway_keys(request: HttpRequest) -> HttpResponse:
 def revoke_gateway_key(request: HttpRequest, key_id) -> HttpResponse:
     key = services.revoke_key(actor=request.actor, key_id=key_id)
     messages.success(request, f"Gateway key “{key.name}” revoked; the gateway refuses it within a second.")
+    if request.htmx:
+        return _page(request, CreateGatewayKeyForm(org_id=request.actor.org_id))
+    return redirect("web:gateway_keys")
+
+
+@post_only
+@member_required("tokens.manage")
+def revoke_oauth_grant(request: HttpRequest, grant_id) -> HttpResponse:
+    grant = services.revoke_oauth_grant(actor=request.actor, grant_id=grant_id)
+    messages.success(request, f"OAuth access of “{grant.client_name}” revoked; its tokens no longer work.")
     if request.htmx:
         return _page(request, CreateGatewayKeyForm(org_id=request.actor.org_id))
     return redirect("web:gateway_keys")
