@@ -436,7 +436,9 @@ LOGGING = {
 # --- Observability (docs/operations.md: "Metrics", "Logs") ---------------------------------------------
 # /metrics answers a bearer token or a scraper inside these networks (it spans every organisation).
 AIRLOCK_METRICS_TOKEN = os.environ.get("AIRLOCK_METRICS_TOKEN", "")
-AIRLOCK_METRICS_ALLOW = env_list("AIRLOCK_METRICS_ALLOW", "127.0.0.1/32,::1/128")
+# Loopback is allowed by default in DEBUG only: behind a proxy on the same host every request comes from
+# loopback unless FORWARDED_ALLOW_IPS is set, and the figures span every organisation.
+AIRLOCK_METRICS_ALLOW = env_list("AIRLOCK_METRICS_ALLOW", "127.0.0.1/32,::1/128" if DEBUG else "")
 
 # Safety (docs/operations.md): per-run rate limit on the calls of one tool (later calls are refused with a
 # visible reason; the run's tool-call cap and the loop limit on identical calls stay as they are).

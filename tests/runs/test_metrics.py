@@ -22,6 +22,12 @@ ROOT = Path(__file__).resolve().parents[2]
 A1001 = {"order_id": "A-1001", "amount_cents": 500}
 
 
+@pytest.fixture(autouse=True)
+def scraper_on_loopback(settings):
+    """The test client comes from 127.0.0.1: let that address scrape, as an operator's setting would."""
+    settings.AIRLOCK_METRICS_ALLOW = ["127.0.0.1/32"]
+
+
 def scrape(client, **headers) -> dict[str, list]:
     response = client.get("/metrics", **headers)
     assert response.status_code == 200, response.content
@@ -80,6 +86,14 @@ def test_only_the_token_or_the_scrape_network_may_read_metrics(client):
     assert client.get("/metrics", REMOTE_ADDR="203.0.113.7", HTTP_AUTHORIZATION="Bearer wrong").status_code == 403
     assert scrape(client, REMOTE_ADDR="203.0.113.7", HTTP_AUTHORIZATION="Bearer scrape-" + "t" * 24)
     assert scrape(client, REMOTE_ADDR="10.9.4.2")
+
+
+def test_outside_debug_no_address_may_scrape_without_the_token_or_a_setting(client, settings):
+    import config.settings as shipped
+
+    assert shipped.DEBUG is False and shipped.AIRLOCK_METRICS_ALLOW == []
+    settings.AIRLOCK_METRICS_ALLOW = shipped.AIRLOCK_METRICS_ALLOW
+    assert client.get("/metrics").status_code == 403  # loopback too: a proxy on the same host is loopback
 
 
 @override_settings(ALLOWED_HOSTS=["airlock.example.com"])

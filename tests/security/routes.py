@@ -48,6 +48,14 @@ NOT_TENANT_PARAMS = {
     "accounts/oidc/<str:provider_id>/login/callback/": "single sign-on callback: checked by allauth's state",
     ".well-known/oauth-authorization-server/<path:issuer_path>": "OAuth server metadata (RFC 8414): public",
     "o/register/<str:client_id>/": "an OAuth client's own registration (RFC 7592): its registration token is the key",
+    "approvals/email/<str:token>/": "an emailed approval (or question) link: the secret token is the only key",
+}
+# Routes with an organisation's object id that no session reaches: they answer a third party that proves who it
+# is another way, so "another organisation's member" has no meaning there. Add here only with a reason.
+NOT_SESSION_ROUTES = {
+    "integrations/slack/<uuid:connection_id>/interactions/":
+        "Slack's interaction requests: no session; refused unless signed with that connection's own secret "
+        "(tests/notifications/test_slack.py)",
 }
 MARKER = "zebrafish"  # in every name of the victim's objects: must never appear in another org's answers
 

@@ -61,7 +61,8 @@ def test_every_page_route_with_parameters_is_checked_or_explained():
         "if this parameter is not an organisation's object, add it to NOT_TENANT_PARAMS with the reason.")
 
 
-@pytest.mark.parametrize("page", [p for p in PAGES if p.params], ids=lambda p: p.route)
+@pytest.mark.parametrize("page", [p for p in PAGES if p.params and p.route not in routes.NOT_SESSION_ROUTES],
+                         ids=lambda p: p.route)
 def test_another_orgs_ids_are_not_found_on_pages(page, victim, prober):
     routes.require_ids(victim, page.params, page.route, pytest.fail)
     url = page.url(victim.ids)
@@ -122,7 +123,8 @@ def test_page_lists_never_show_another_orgs_rows(victim, prober):
 
 def test_api_lists_never_include_another_orgs_rows(victim, prober):
     foreign = routes.all_ids(victim.org)
-    lists = [op for op in OPERATIONS if op.method == "get" and not op.params]
+    lists = [op for op in OPERATIONS if op.method == "get" and not op.params and not [  # a compare needs its ids
+        p for p in op.operation.get("parameters", []) if p.get("in") == "query" and p.get("required")]]
     assert len(lists) >= 8
     for op in lists:
         response = prober["client"].get(op.path + "?limit=1000", **prober["auth"])

@@ -125,6 +125,8 @@ def fork(request, run_id: UUID, payload: ForkIn):
     new `prompt` for that turn's task and changed `inputs`; or, with `tool_call_id` and `arguments`, a new run that
     replays this one up to the model call that proposed that tool call, with its arguments edited, and goes on
     under policy from there. This run is left as it is."""
+    request.auth.require("runs.start")
+    selectors.get_run(org_id=request.auth.org_id, run_id=run_id)  # another organisation's run: 404 before any check
     if payload.tool_call_id is not None:
         return Status(201, replay.fork_call(actor=request.auth, run_id=run_id, tool_call_id=payload.tool_call_id,
                                             arguments=payload.arguments if payload.arguments is not None else {}))
