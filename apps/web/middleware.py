@@ -7,6 +7,7 @@ from apps.accounts import selectors
 from apps.core import log_context
 
 PROBE_PATHS = {"/healthz", "/readyz", "/metrics"}
+PROBE_POLICY = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 
 
 class ProbeMiddleware:
@@ -21,10 +22,15 @@ class ProbeMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        if request.path in PROBE_PATHS:
-            match = resolve(request.path)
-            return match.func(request)
-        return self.get_response(request)
+        if request.path in PROBE_PATHS and request.method in ("GET", "HEAD"):
+            response = resolve(request.path).func(request)
+            # JSON or text for a machine: nothing to run, frame or load (the pages' policy needs the host).
+            response["Content-Security-Policy"] = PROBE_POLICY
+            response["X-Frame-Options"] = "DENY"
+            response["X-Content-Type-Options"] = "nosniff"
+            response["Cache-Control"] = "no-store"
+            return response
+        return self.get_response(request)  # any other method goes through the whole stack (CSRF included)
 
 
 class RequestContextMiddleware:

@@ -13,6 +13,7 @@ from django.conf import settings
 from django.test import Client
 from playwright.sync_api import Page, expect
 
+from apps.web.middleware import PROBE_PATHS, PROBE_POLICY
 from tests.factories import PASSWORD
 from tests.security import routes
 
@@ -43,6 +44,10 @@ def test_every_page_sends_the_policy(own_world):
             continue  # the tenancy and CSRF tests fail for it, saying which factory to add
         response = client.get(page.url(victim.ids))
         if response.status_code == 405:
+            continue
+        if "/" + page.route in PROBE_PATHS:  # a machine's JSON or text: a policy that allows nothing at all
+            assert response["Content-Security-Policy"] == PROBE_POLICY and response["X-Frame-Options"] == "DENY"
+            assert response["X-Content-Type-Options"] == "nosniff"
             continue
         csp = _directives(response["Content-Security-Policy"])
         assert csp["script-src"] == "'self'", page.route
@@ -91,7 +96,9 @@ def test_htmx_may_not_eval():
 # Endpoints that OAuth clients (MCP hosts) call without cookies: a session cookie is not what authorizes
 # them (the code and its PKCE verifier, the token itself, a registration token), so they take no CSRF token.
 # A cross-site POST with the person's cookies must still change nothing of theirs.
-OAUTH_CLIENT_ENDPOINTS = {"o/token/", "o/revoke_token/", "o/register/", "o/register/<str:client_id>/"}
+OAUTH_CLIENT_ENDPOINTS = {"o/token/", "o/revoke_token/", "o/register/", "o/register/<str:client_id>/",
+                          # Slack's interactions: no session; refused unless signed with the connection's secret
+                          "integrations/slack/<uuid:connection_id>/interactions/"}
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.route)
