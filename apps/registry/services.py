@@ -145,8 +145,9 @@ def create_server(*, actor: Actor, name: str, transport: str, trust_tier: str, c
         raise Conflict(f"A server named {data['name']!r} already exists in this organisation.")
     with transaction.atomic():
         server = McpServer(org_id=actor.org_id, description=description, enabled=enabled, **data,
-                           status=ServerStatus.NEW if enabled else ServerStatus.DISABLED,
-                           allow_elicitation=data["trust_tier"] in TRUSTED_TIERS)
+                           status=ServerStatus.NEW if enabled else ServerStatus.DISABLED)
+        # Elicitation and sampling stay off until an admin turns them on for this server: a server that may
+        # ask gets a session of its own for each call (seconds for a stdio server) instead of the shared pool.
         _save_server(server)
         audit.record(org_id=actor.org_id, actor=actor, action="server.created", target=server,
                      target_label=server.name, data=_audit_view(server))

@@ -13,7 +13,7 @@ from tests.factories import token_for
 pytestmark = pytest.mark.django_db
 
 
-def test_defaults_by_tier_and_the_api_changes_them_with_an_audit_row(org, owner):
+def test_every_tier_starts_with_both_off_and_the_api_changes_them_with_an_audit_row(org, owner):
     from apps.accounts.actors import member_actor
 
     actor = member_actor(owner)
@@ -21,7 +21,7 @@ def test_defaults_by_tier_and_the_api_changes_them_with_an_audit_row(org, owner)
                                       url="https://mcp.example.com/a", sync=False)
     outside = services.create_server(actor=actor, name="outside", transport="http", trust_tier="third_party",
                                      url="https://mcp.example.com/b", sync=False)
-    assert internal.allow_elicitation and not internal.allow_sampling
+    assert not internal.allow_elicitation and not internal.allow_sampling  # opt-in: a session per call
     assert not outside.allow_elicitation and not outside.allow_sampling
     admin = Client(headers={"Authorization": f"Bearer {token_for(org, 'admin')}"})
     response = admin.put(f"/api/v1/servers/{outside.id}/requests", {"allow_sampling": True, "hold_sampling": True},

@@ -27,7 +27,7 @@ def finished(run_id) -> Run:
 def test_an_approver_answers_a_question_and_a_servers_form_in_the_inbox(page: Page, live_url, worker, owner, org,
                                                                         tmp_path):
     desk = in_thread(order_desk, owner, tmp_path / "orders.json")
-    in_thread(asking_server, desk.actor)
+    in_thread(asking_server, desk.actor, allow_elicitation=True)
     approver = in_thread(add_member, org, "approver")
     sign_in(page, live_url, approver.user.email)
 

@@ -89,7 +89,7 @@ INPUTS = {"order_id": "A-1001", "amount_cents": 5}
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 def test_an_elicitation_is_answered_in_the_inbox_while_another_run_finishes(worker, desk, org, era):
-    asking_server(desk.actor, era=era)
+    asking_server(desk.actor, era=era, allow_elicitation=True)
     asking = crew_calling(desk, REFUND)
     reader = desk.agent("Reader", [{"call": [LOOK_UP]}, SAY], [{"tool": "orders.get_order_status", "policy": "auto"}])
     other = desk.sequential("Reads", [("read", reader, "Look up {order_id}.", [])])
@@ -127,7 +127,7 @@ def test_an_elicitation_is_answered_in_the_inbox_while_another_run_finishes(work
 @pytest.mark.parametrize("era", ["modern", "legacy"])
 @pytest.mark.django_db(transaction=True)
 def test_a_declined_form_reaches_the_server_as_decline(desk, approver, era):
-    asking_server(desk.actor, era=era)
+    asking_server(desk.actor, era=era, allow_elicitation=True)
     run = services.start_run(actor=desk.actor, crew_id=crew_calling(desk, REFUND).id, inputs=INPUTS, enqueue=False)
     driver = drive_in_thread(run.id)
     item = wait_for(lambda: ApprovalRequest.objects.filter(run_id=run.id, kind="elicitation").first())
