@@ -33,7 +33,10 @@ else:
     # Threads of database_sync_to_async must not keep connections open past the session.
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # noqa: F405
 if REDIS_URL:  # noqa: F405
-    CELERY_BROKER_TRANSPORT_OPTIONS = {**CELERY_BROKER_TRANSPORT_OPTIONS, "global_keyprefix": f"{RUN_ID}:"}  # noqa: F405
+    # A test that starts its own web and worker pair may give them a broker of their own (the session's worker
+    # would otherwise take their tasks): AIRLOCK_TEST_BROKER_PREFIX.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {**CELERY_BROKER_TRANSPORT_OPTIONS,  # noqa: F405
+                                       "global_keyprefix": f"{os.environ.get('AIRLOCK_TEST_BROKER_PREFIX', RUN_ID)}:"}
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 SECURE_SSL_REDIRECT = False

@@ -95,7 +95,7 @@ def assert_finished_page(page: Page, run: Run) -> None:
     expect(header).to_contain_text(f"${run.cost_usd:.4f}")
     expect(page.get_by_role("button", name=CANCEL)).to_have_count(0)
     expect(tree.locator("[data-testid=tool-call][data-state=succeeded]")).to_have_count(3)
-    expect(tree).to_contain_text("Refunded.")
+    expect(header).to_contain_text("Refunded.")  # the final answer, once: in the header (the tree does not repeat it)
     expect(page.get_by_test_id("live-events").locator(f'li[data-seq="{run.last_seq}"]')).to_have_count(1)
     spend = page.get_by_test_id("agent-spend")
     expect(spend).to_contain_text("Refund desk refunds")

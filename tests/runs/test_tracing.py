@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 import requests
+from django.conf import settings
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from apps.runs.models import Run
@@ -68,7 +69,9 @@ def wait_for(run_id, statuses, timeout=90) -> Run:
 def test_a_held_and_approved_run_is_one_trace_across_web_and_worker(desk, org, tmp_path):
     receiver = Receiver()
     otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "100",
-            "OTEL_SERVICE_NAME": "airlock-test"}
+            "OTEL_SERVICE_NAME": "airlock-test",
+            # a broker of their own: the session's worker (no tracing) must not take this run's tasks
+            "AIRLOCK_TEST_BROKER_PREFIX": f"{settings.RUN_ID}-traced"}
     crew = desk.refund_desk()
     builder = {"Authorization": f"Bearer {token_for(org, 'builder')}"}
     approver = {"Authorization": f"Bearer {token_for(org, 'approver')}"}

@@ -437,9 +437,16 @@ def test_the_canary_reaches_only_where_it_belongs(canary, guarded_http, live_url
     for op in operations():
         if op.method != "get" or any(p not in choices for p in op.params):
             continue
+        required = {p["name"] for p in op.operation.get("parameters", [])
+                    if p.get("in") == "query" and p.get("required")}
+        if required - {"a", "b"}:
+            continue
         for value in (choices[op.params[0]] if op.params else [None]):
             path = op.url({op.params[0]: value}) if op.params else op.path
-            response = call("GET", path + ("?limit=1000" if not op.params or path.endswith("/events") else ""))
+            if required:  # the run comparison: the run that echoed the canary beside the failed one
+                response = call("GET", f"{path}?a={run_id}&b={failed_id}")
+            else:
+                response = call("GET", path + ("?limit=1000" if not op.params or path.endswith("/events") else ""))
             assert response.status_code == 200, (path, response.status_code, response.text[:300])
             reached += 1
     assert reached >= 25
@@ -452,7 +459,9 @@ def test_the_canary_reaches_only_where_it_belongs(canary, guarded_http, live_url
         if any(p not in choices for p in page.params):
             continue
         for value in (choices[page.params[0]] if page.params else [None]):
-            url = page.url({page.params[0]: value}) if page.params else page.url({})
+            # a page under another object (a run's tool call) takes the first of each further kind
+            ids = {page.params[0]: value, **{p: choices[p][0] for p in page.params[1:]}} if page.params else {}
+            url = page.url(ids)
             for htmx in (False, True):
                 response = client.get(url, **({"HTTP_HX_REQUEST": "true"} if htmx else {}))
                 raw = b"".join(response.streaming_content) if response.streaming else response.content
