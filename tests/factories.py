@@ -43,3 +43,18 @@ def token_for(org: Organization, role: str = Role.ADMIN, name: str = "test", mem
     _, raw = services.create_api_token(actor=None, org_id=org.id, name=name, role=role,
                                        member_email=member.user.email if member else None)
     return raw
+
+
+def wait_for_run(run_id, statuses, timeout: float = 60):
+    """The run once its status is one of `statuses` (a real worker drives it), else an error naming where it stayed."""
+    import time
+
+    from apps.runs.models import Run
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        run = Run.objects.get(id=run_id)
+        if run.status in statuses:
+            return run
+        time.sleep(0.2)
+    raise AssertionError(f"run stayed {run.status}: {run.error}")

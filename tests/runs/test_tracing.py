@@ -4,6 +4,7 @@ hold, the person's wait and decision (a later request), and the resume in the wo
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections import defaultdict
@@ -15,7 +16,7 @@ from django.conf import settings
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from apps.runs.models import Run
-from tests.factories import token_for
+from tests.factories import token_for, wait_for_run
 from tests.processes import celery_worker, web_server
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -56,14 +57,7 @@ class Receiver:
         self.server.shutdown()
 
 
-def wait_for(run_id, statuses, timeout=90) -> Run:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = Run.objects.get(id=run_id)
-        if run.status in statuses:
-            return run
-        time.sleep(0.2)
-    raise AssertionError(f"run stayed {run.status}: {run.error}")
+wait_for = functools.partial(wait_for_run, timeout=90)
 
 
 def test_a_held_and_approved_run_is_one_trace_across_web_and_worker(desk, org, tmp_path):

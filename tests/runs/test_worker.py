@@ -3,6 +3,7 @@ through the API, a duplicate delivery, and a worker process killed with SIGKILL 
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import time
@@ -14,20 +15,13 @@ from django.utils import timezone
 from apps.runs import decisions, services, tasks
 from apps.runs import worker as run_worker
 from apps.runs.models import Run, RunEvent, ToolCall
-from tests.factories import token_for
+from tests.factories import token_for, wait_for_run
 from tests.runs.conftest import LOOK_UP
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def wait_for(run_id, statuses, timeout=60) -> Run:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = Run.objects.get(id=run_id)
-        if run.status in statuses:
-            return run
-        time.sleep(0.2)
-    raise AssertionError(f"run stayed {run.status}: {run.error}")
+wait_for = functools.partial(wait_for_run, timeout=60)
 
 
 def api(org, role):

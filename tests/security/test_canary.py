@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hashlib
 import json
 import logging
@@ -47,7 +48,7 @@ from apps.registry.models import McpServer
 from apps.registry.pool import pool
 from apps.runs.models import Run, ToolCall
 from tests.agents.fake_llm import FakeLLM
-from tests.factories import token_for
+from tests.factories import token_for, wait_for_run
 from tests.gateway.conftest import mcp_client, wait_for_ledgers
 from tests.processes import free_port, run_async, wait_for_port
 from tests.registry.conftest import SERVERS as REGISTRY_SERVERS
@@ -222,14 +223,7 @@ async def _collect_frames(live_url: str, cookie: str, paths: list[str], frames: 
             await s.close()
 
 
-def _wait_for(run_id, statuses, timeout=90) -> Run:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        run = Run.objects.get(id=run_id)
-        if run.status in statuses:
-            return run
-        time.sleep(0.2)
-    raise AssertionError(f"run stayed {run.status}: {run.error}")
+_wait_for = functools.partial(wait_for_run, timeout=90)
 
 
 def _scan_tables(forms: dict[str, str]) -> dict[str, list[str]]:
