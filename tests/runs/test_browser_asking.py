@@ -4,6 +4,8 @@ person's answer."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -27,7 +29,7 @@ def finished(run_id) -> Run:
 def test_an_approver_answers_a_question_and_a_servers_form_in_the_inbox(page: Page, live_url, worker, owner, org,
                                                                         tmp_path):
     desk = in_thread(order_desk, owner, tmp_path / "orders.json")
-    in_thread(asking_server, desk.actor, allow_elicitation=True)
+    in_thread(functools.partial(asking_server, allow_elicitation=True), desk.actor)
     approver = in_thread(add_member, org, "approver")
     sign_in(page, live_url, approver.user.email)
 
