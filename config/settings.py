@@ -72,6 +72,13 @@ OAUTH2_PROVIDER = {
     "PKCE_REQUIRED": True,
     "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
     "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,  # RFC 9207 `iss` on the redirect: mix-up defence
+    # RFC 9700 (the OAuth security BCP) throughout: no implicit or password grant, tokens never in a URL's query,
+    # only their hashes stored, a replayed refresh token revokes its family.
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_ACCESS_TOKEN_TRANSPORT": True,
+    "COMPLIANT_BCP_RFC9700_TOKEN_STORAGE": True,
+    "REFRESH_TOKEN_REUSE_PROTECTION": True,
     "DCR_ENABLED": True,
     # Any host may register a client; registering grants nothing until a person consents.
     "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
@@ -87,6 +94,9 @@ OAUTH2_PROVIDER = {
     "OAUTH2_RESPONSE_TYPES_SUPPORTED": ["code"],
     "ALLOWED_REDIRECT_URI_SCHEMES": ["http", "https"],
 }
+# Plain-http redirect URIs stay allowed: MCP hosts on a person's machine (Claude Desktop, the SDK's client) take
+# their OAuth callback on http://127.0.0.1 (RFC 8252 loopback redirects), which https-only would refuse.
+SILENCED_SYSTEM_CHECKS = ["oauth2_provider.W008"]
 OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
 OAUTH2_PROVIDER_ACCESS_TOKEN_MODEL = "oauth2_provider.AccessToken"
 OAUTH2_PROVIDER_REFRESH_TOKEN_MODEL = "oauth2_provider.RefreshToken"
