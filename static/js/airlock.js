@@ -52,20 +52,6 @@
       return;
     }
   });
-  // A table wider than its box scrolls sideways: make that box reachable by keyboard (WCAG 2.1.1), named for
-  // screen readers, whenever a page loads or htmx swaps content in.
-  function scrollableTables(root) {
-    (root || document).querySelectorAll(".table-responsive").forEach(function (box) {
-      if (box.scrollWidth > box.clientWidth && !box.hasAttribute("tabindex")) {
-        box.setAttribute("tabindex", "0");
-        box.setAttribute("role", "region");
-        if (!box.hasAttribute("aria-label")) box.setAttribute("aria-label", "Table (scrolls sideways)");
-      }
-    });
-  }
-  scrollableTables(document);
-  window.addEventListener("resize", function () { scrollableTables(document); });
-  document.addEventListener("htmx:afterSettle", function (event) { scrollableTables(event.target); });
   // Content swapped in that names itself the next focus (a decision's outcome) takes the keyboard.
   document.addEventListener("htmx:afterSettle", function () {
     const next = document.querySelector("[data-focus-on-swap]");
