@@ -7,13 +7,14 @@ from ninja.pagination import paginate
 
 from apps.api.bodies import Body
 from apps.api.pagination import Pagination
+from apps.api.trusted_output import TrustedOutputFields
 from apps.registry import imports, selectors, services
 from apps.registry.models import Transport, TrustTier
 
 router = Router(tags=["servers"])
 
 
-class ServerOut(Schema):
+class ServerOut(TrustedOutputFields):
     id: UUID
     name: str
     description: str
@@ -41,20 +42,9 @@ class ServerOut(Schema):
     allow_elicitation: bool  # may ask people for input mid-call (a form in the inbox)
     allow_sampling: bool  # may run the calling agent's model, counted to its run
     hold_sampling: bool  # sampling waits for a person's approval first
-    trusted_output_set_by: str  # who marked it trusted ('' when not trusted)
-    trusted_output_set_at: datetime | None
     created_at: datetime
 
 
-    @staticmethod
-    def resolve_trusted_output_set_by(obj) -> str:
-        setting = selectors.trusted_output_setting(obj)
-        return setting.by if setting else ""
-
-    @staticmethod
-    def resolve_trusted_output_set_at(obj) -> datetime | None:
-        setting = selectors.trusted_output_setting(obj)
-        return setting.at if setting else None
 
 
 class TrustedOutputIn(Body):

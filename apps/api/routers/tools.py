@@ -8,6 +8,7 @@ from ninja.pagination import paginate
 from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.api.routers.servers import TrustedOutputIn
+from apps.api.trusted_output import TrustedOutputFields
 from apps.registry import selectors, services
 from apps.registry.models import Risk, ToolState
 
@@ -21,7 +22,7 @@ class FindingOut(Schema):
     message: str
 
 
-class ToolOut(Schema):
+class ToolOut(TrustedOutputFields):
     id: UUID
     server_id: UUID
     qualified_name: str
@@ -42,22 +43,11 @@ class ToolOut(Schema):
     findings: list[FindingOut]
     diff: str
     trusted_output: bool  # an admin vouches for this tool's results (the server's setting is separate)
-    trusted_output_set_by: str
-    trusted_output_set_at: datetime | None
 
     @staticmethod
     def resolve_diff(obj) -> str:
         return services.tool_diff(obj)
 
-    @staticmethod
-    def resolve_trusted_output_set_by(obj) -> str:
-        setting = selectors.trusted_output_setting(obj)
-        return setting.by if setting else ""
-
-    @staticmethod
-    def resolve_trusted_output_set_at(obj) -> datetime | None:
-        setting = selectors.trusted_output_setting(obj)
-        return setting.at if setting else None
 
 
 class ToolFilters(Schema):
