@@ -29,7 +29,7 @@ from mcp.types import Implementation
 
 from apps.audit.redaction import redact_text, values_pattern
 from apps.core.egress import EgressRefused, check_url, guarded_transport
-from apps.registry import sandbox
+from apps.registry import oauth, sandbox
 from apps.registry.models import McpServer, Transport, TrustTier
 
 CLIENT_INFO = Implementation(name="airlock", version="0.1.0")
@@ -57,7 +57,7 @@ class ServerSpec:
     url: str = ""
     headers: dict[str, str] = field(default_factory=dict)
     timeout_s: float = 30.0
-    oauth_expires_at: float | None = None  # when its OAuth access token expires (pool refreshes before)
+    oauth_refresh_due: float | None = None  # when its OAuth access token should be refreshed (oauth.refresh_due)
 
     @functools.cached_property  # the pool compares it on every call; a spec never changes once built
     def fingerprint(self) -> str:
@@ -88,7 +88,7 @@ def spec_for(server: McpServer) -> ServerSpec:
         trust_tier=server.trust_tier, command=server.command, args=tuple(server.args or ()),
         env=dict(server.env or {}), cwd=server.cwd, url=server.url, headers=_headers(server),
         timeout_s=float(server.timeout_s or 30),
-        oauth_expires_at=(server.oauth or {}).get("expires_at") if (server.oauth_secrets or {}).get("access_token")
+        oauth_refresh_due=oauth.refresh_due(server.oauth) if (server.oauth_secrets or {}).get("access_token")
         else None,
     )
 

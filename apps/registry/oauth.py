@@ -194,6 +194,7 @@ def _grant(token: OAuthToken, state: dict[str, Any], secrets_: dict[str, Any]) -
     expires_at = time.time() + token.expires_in if token.expires_in else None
     new_state = {"resource": state["resource"], "scope": token.scope or state.get("scope"),
                  "client": state["client"], "metadata": state["metadata"], "expires_at": expires_at,
+                 "lifetime": token.expires_in,
                  "authorized_at": time.time() if "authorized_at" not in state else state["authorized_at"],
                  "refreshed_at": time.time() if "authorized_at" in state else None}
     new_secrets = {"access_token": token.access_token,
@@ -223,10 +224,20 @@ async def complete(pending: Pending, *, code: str, state: str, iss: str | None =
     return _grant(token, base, secrets_)
 
 
-def needs_refresh(state: dict[str, Any] | None, *, now: float | None = None) -> bool:
+def refresh_due(state: dict[str, Any] | None) -> float | None:
+    """When the access token should be refreshed: REFRESH_MARGIN_S before it expires, or half its lifetime
+    before when that is shorter. A token that lives less than the margin would otherwise need refreshing the
+    moment it arrives, and with rotating refresh tokens each process refreshing in turn revokes the token the
+    one before is using. None: it does not expire."""
     if not state or not state.get("expires_at"):
-        return False
-    return (now or time.time()) >= state["expires_at"] - REFRESH_MARGIN_S
+        return None
+    margin = min(REFRESH_MARGIN_S, state["lifetime"] / 2) if state.get("lifetime") else REFRESH_MARGIN_S
+    return state["expires_at"] - margin
+
+
+def needs_refresh(state: dict[str, Any] | None, *, now: float | None = None) -> bool:
+    due = refresh_due(state)
+    return due is not None and (now or time.time()) >= due
 
 
 async def refresh(state: dict[str, Any], secrets_: dict[str, Any], *, timeout: float = 15) -> Grant:

@@ -339,8 +339,8 @@ def current_spec(server: McpServer) -> ServerSpec:
     through `services` and `save()`, which moves `updated_at`. `server` may be a row read with only
     LIVE_SERVER_FIELDS (the engine's per-step read): its secrets are then read only when it changed."""
     cached = _specs.get(str(server.id))
-    if cached is not None and cached[0] == server.updated_at and not oauth.needs_refresh(
-            {"expires_at": cached[1].oauth_expires_at}):
+    due = cached[1].oauth_refresh_due if cached is not None else None
+    if cached is not None and cached[0] == server.updated_at and (due is None or time.time() < due):
         return cached[1]
     if server.get_deferred_fields() or cached is not None:
         server = selectors.server_by_id(server.id)

@@ -298,11 +298,20 @@ def sync_server(*, actor: Actor, server_id: UUID | str) -> SyncReport:
     try:
         discovery = run_discovery(spec_for(server))
     except ServerUnreachable as exc:
-        if server.transport == Transport.HTTP and _asks_for_oauth(server.url):
+        if server.transport != Transport.HTTP or not _asks_for_oauth(server.url):
+            return _record_failure(actor=actor, server_id=server.pk, message=str(exc))
+        if not server.oauth:
             _mark_needs_authorization(server.pk, "The server asks for OAuth authorization: authorize Airlock "
                                                  "from the server's page.")
             return SyncReport(status=ServerStatus.NEEDS_AUTH, error=str(exc))
-        return _record_failure(actor=actor, server_id=server.pk, message=str(exc))
+        # A token we held for good was refused (revoked at the provider, or rotated away by another
+        # process's refresh): one refresh decides between "try again" and "a person must authorize".
+        if not ensure_fresh_token(server, force=True):
+            return SyncReport(status=ServerStatus.NEEDS_AUTH, error=server.last_error)
+        try:
+            discovery = run_discovery(spec_for(server))
+        except ServerUnreachable as again:
+            return _record_failure(actor=actor, server_id=server.pk, message=str(again))
     return _apply_discovery(actor=actor, server_id=server.pk, discovery=discovery)
 
 
@@ -371,16 +380,18 @@ def complete_authorization(*, actor: Actor, pending: oauth.Pending, code: str, s
     return server
 
 
-def ensure_fresh_token(server: McpServer) -> bool:
-    """Refreshes the server's access token when it expires within oauth.REFRESH_MARGIN_S. False (and the
-    server marked "needs authorization") when the refresh is refused; True when the token is good.
-    The row stays locked during the refresh: with rotating refresh tokens, two processes refreshing at once
-    would make the second one's refresh fail."""
-    if not server.oauth or not oauth.needs_refresh(server.oauth):
+def ensure_fresh_token(server: McpServer, *, force: bool = False) -> bool:
+    """Refreshes the server's access token when it is due (oauth.refresh_due), or now with `force` (the
+    server refused a token we held for good). False (and the server marked "needs authorization") when the
+    refresh is refused; True when the token is good. The row stays locked during the refresh: with rotating
+    refresh tokens, two processes refreshing at once would make the second one's refresh fail."""
+    if not server.oauth or not (force or oauth.needs_refresh(server.oauth)):
         return True
     with transaction.atomic():
         row = McpServer.objects.select_for_update().get(pk=server.pk)
-        if not oauth.needs_refresh(row.oauth):  # another process refreshed it meanwhile
+        refreshed_meanwhile = (row.oauth_secrets or {}).get("access_token") != (
+            server.oauth_secrets or {}).get("access_token")
+        if refreshed_meanwhile or not (force or oauth.needs_refresh(row.oauth)):  # another process did it
             server.oauth, server.oauth_secrets, server.updated_at = row.oauth, row.oauth_secrets, row.updated_at
             return True
         try:

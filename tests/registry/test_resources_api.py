@@ -4,6 +4,7 @@ organisation's own servers; and the bundled demo server's answer to an unknown p
 from __future__ import annotations
 
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import anyio
 import pytest
@@ -59,6 +60,9 @@ def test_the_demo_server_answers_an_unknown_prompt_with_invalid_params(tmp_path)
                 await client.get_prompt("no-such-prompt")
             return caught.value
 
-    error = anyio.run(ask)
+    # Its own thread: after the browser tests, Playwright's sync API leaves its loop marked running in
+    # the main thread for the rest of the session, and anyio.run refuses to start a second one there.
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        error = thread.submit(anyio.run, ask).result()
     assert error.code == INVALID_PARAMS
     assert "no-such-prompt" in error.message
