@@ -261,6 +261,8 @@ else:
 
 BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = REDIS_URL or "filesystem://localhost//"
+if not REDIS_URL:  # kombu's folder transport with messages that appear whole (apps/core/fs_broker.py)
+    CELERY_BROKER_TRANSPORT = "apps.core.fs_broker:Transport"
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {"visibility_timeout": 3600}
     if REDIS_URL
