@@ -442,7 +442,11 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": AIRLOCK_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"},
-                "axes": {"level": "WARNING"}},  # a line per sign-in otherwise; lockouts are warnings
+                "axes": {"level": "WARNING"},  # a line per sign-in otherwise; lockouts are warnings
+                # Two lines per task received and done, and one per schedule tick: beat sends the run sweep
+                # every second. A task's failure is still logged (an error of celery.app.trace).
+                "celery.beat": {"level": "WARNING"}, "celery.worker.strategy": {"level": "WARNING"},
+                "celery.app.trace": {"level": "WARNING"}},
 }
 
 # --- Observability (docs/operations.md: "Metrics", "Logs") ---------------------------------------------
