@@ -104,6 +104,9 @@ def configure(ours_url: str) -> None:
         "DATABASE_URL": ours_url, "REDIS_URL": bench_redis(), "DJANGO_SETTINGS_MODULE": "config.settings",
         "DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "SECURE_SSL_REDIRECT": "0", "AIRLOCK_CHANNEL_PREFIX": "airlock-bench",
+        # A 100-step run calls its one tool 100 times: the per-run cap (20 by default) is still checked
+        # every call, above what the longest run needs.
+        "AIRLOCK_RUN_CALLS_PER_TOOL": "1000",
     })
     os.environ.setdefault("AIRLOCK_ENCRYPTION_KEY", Fernet.generate_key().decode())
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
