@@ -78,10 +78,10 @@ def fake_model() -> Iterator[str]:
 
 def take_recorded(base: str) -> list[dict]:
     """The request bodies the fake model received since the last call, and forget them."""
-    import httpx
+    import httpx2
 
-    bodies = [r["body"] for r in httpx.get(f"{base}/_recorded", timeout=30).raise_for_status().json()]
-    httpx.post(f"{base}/_reset", timeout=30).raise_for_status()
+    bodies = [r["body"] for r in httpx2.get(f"{base}/_recorded", timeout=30).raise_for_status().json()]
+    httpx2.post(f"{base}/_reset", timeout=30).raise_for_status()
     return bodies
 
 
