@@ -11,8 +11,8 @@ CrewAI hands every task the output of every earlier task (its default in a seque
 `context=[the previous task]`. Prints the crew's final output as JSON.
 
 `count`: input tokens of recorded request bodies (a JSON list of chat-completion request bodies on stdin)
-with `o200k_base` from bpe-openai, one figure per body: both sides of the comparison are counted here, by
-the same function.
+with `o200k_base` from bpe-openai, in all and by part (bench/pipeline.input_tokens), one entry per body: both
+sides of the comparison are counted here, by the same function.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def run(base_url: str, agents: int, context: str) -> dict:
     return {"output": str(output)[:500], "tasks": len(tasks)}
 
 
-def count(bodies: list[dict]) -> list[int]:
+def count(bodies: list[dict]) -> list[dict[str, int]]:
     from bpe_openai import get_encoding
 
     encoding = get_encoding("o200k_base")

@@ -38,11 +38,24 @@ def _message_text(message: dict) -> str:
     return "\n".join(parts)
 
 
-def input_tokens(body: dict, encode: Callable[[str], list[int]]) -> int:
-    """The input tokens of one chat-completion request: every message's role, text, tool calls and tool-call
-    id, and the tool definitions offered, as compact JSON (how a provider bills them varies by a few tokens
-    per message and per tool; the same rule counts both sides)."""
-    total = sum(len(encode(_message_text(m))) for m in body.get("messages") or [])
+# Where the handed-on output starts in a task's prompt: Airlock's section, CrewAI's `task_with_context` slice.
+CONTEXT_MARKS = ("\n\n## Output of the task ", "\n\nThis is the context you're working with:\n")
+PARTS = ("system", "task", "context", "tool_results", "assistant", "tool_definitions")
+
+
+def input_tokens(body: dict, encode: Callable[[str], list[int]]) -> dict[str, int]:
+    """The input tokens of one chat-completion request, in all (`total`) and by part (PARTS): every message's
+    role and text, tool calls and tool-call id, and the tool definitions offered as compact JSON. How a provider
+    bills them varies by a few tokens per message and per tool; the same rule counts both sides."""
+    parts = dict.fromkeys(PARTS, 0)
+    for message in body.get("messages") or []:
+        role, text = message.get("role"), _message_text(message)
+        if role == "user":
+            cut = min((i for i in (text.find(mark) for mark in CONTEXT_MARKS) if i >= 0), default=len(text))
+            parts["task"] += len(encode(text[:cut]))
+            parts["context"] += len(encode(text[cut:])) if cut < len(text) else 0
+        else:
+            parts[{"system": "system", "tool": "tool_results"}.get(role, "assistant")] += len(encode(text))
     if body.get("tools"):
-        total += len(encode(json.dumps(body["tools"], separators=(",", ":"))))
-    return total
+        parts["tool_definitions"] = len(encode(json.dumps(body["tools"], separators=(",", ":"))))
+    return {"total": sum(parts.values()), **parts}

@@ -168,14 +168,19 @@ def _airlock_side(base: str, sizes: list[int]) -> dict[int, list[dict]]:
     return out
 
 
-def count(python: Path, bodies: list[dict]) -> list[int]:
+def count(python: Path, bodies: list[dict]) -> list[dict[str, int]]:
+    """Each body's input tokens, in all and by part (bench/pipeline.input_tokens), in one tokenizer process."""
     return _json_out([str(python), str(ROOT / "bench" / "crewai_side.py"), "count"], stdin=json.dumps(bodies))
 
 
 # --- the measurement and its rows -----------------------------------------------------------------------
 
+SIDES = ("airlock", "crewai", "crewai_previous")
+
+
 def measure(sizes: list[int] | tuple[int, ...] = SIZES) -> dict:
-    """{side: {agents: {"requests": n, "tokens": total input tokens, "per_request": [...]}}}."""
+    """{side: {agents: {"requests", "tokens" (input tokens of the run), "parts" (by part)}}, and one request
+    of each side as it was sent (the third agent's first: what it was handed)."""
     python = ensure_venv()
     sizes = sorted(set(sizes) | {TARGET_AGENTS})
     recorded: dict[str, dict[int, list[dict]]] = {"crewai": {}, "crewai_previous": {}}
@@ -184,49 +189,48 @@ def measure(sizes: list[int] | tuple[int, ...] = SIZES) -> dict:
         for n in sizes:
             recorded["crewai"][n] = crewai_run(python, base, n, "default")
             recorded["crewai_previous"][n] = crewai_run(python, base, n, "previous")
-    data: dict = {"tokenizer": "o200k_base (bpe-openai)", "sizes": sizes}
-    for side, runs in recorded.items():
-        data[side] = {}
-        for n, bodies in runs.items():
-            per = count(python, bodies)
-            data[side][n] = {"requests": len(bodies), "tokens": sum(per), "per_request": per}
-    data["samples"] = {side: recorded[side][TARGET_AGENTS] for side in recorded}  # what each side sent
+    runs = [(side, n, recorded[side][n]) for side in SIDES for n in sizes]
+    counted = iter(count(python, [body for _, _, bodies in runs for body in bodies]))
+    data: dict = {"tokenizer": "o200k_base (bpe-openai)", "sizes": sizes, **{side: {} for side in SIDES}}
+    for side, n, bodies in runs:
+        per = [next(counted) for _ in bodies]
+        data[side][n] = {"requests": len(bodies), "tokens": sum(p["total"] for p in per),
+                         "parts": {part: sum(p[part] for p in per) for part in per[0] if part != "total"}}
+    data["third_agent_first_request"] = {side: recorded[side][TARGET_AGENTS][4] for side in SIDES}
     return data
 
 
 def growth(side: dict, sizes: list[int]) -> list[int]:
-    """Input tokens each added agent costs, from one size to the next."""
-    ordered = sorted(sizes)
-    return [side[b]["tokens"] - side[a]["tokens"] for a, b in itertools.pairwise(ordered)]
+    """Input tokens each added agent costs, from one size to the next (per agent, when sizes skip some)."""
+    return [round((side[b]["tokens"] - side[a]["tokens"]) / (b - a)) for a, b in itertools.pairwise(sorted(sizes))]
+
+
+PART_NAMES = {"system": "system prompts", "task": "task text", "context": "handed-on output",
+              "tool_results": "tool results", "assistant": "the model's own turns",
+              "tool_definitions": "tool definitions"}
 
 
 def add_rows(table, data: dict) -> None:
     """The rows of bench/run.py's table (`table.add(metric, ours, theirs, target=, ok=, ...)`)."""
     ours, theirs, previous, sizes = data["airlock"], data["crewai"], data["crewai_previous"], data["sizes"]
-    o, t = ours[TARGET_AGENTS]["tokens"], theirs[TARGET_AGENTS]["tokens"]
-    table.add(f"tokens: input per run, {TARGET_AGENTS} agents", o, t, target=f"ratio <= {TARGET_RATIO}",
-              ok=o / t <= TARGET_RATIO, note="theirs: CrewAI's default context (every earlier output)")
-    table.add(f"tokens: input per run, {TARGET_AGENTS} agents, context=prev", o, previous[TARGET_AGENTS]["tokens"],
-              target="info", ok=None, note="theirs: CrewAI with context=[previous task]")
+    n = TARGET_AGENTS
+    o, t = ours[n]["tokens"], theirs[n]["tokens"]
+    table.add(f"tokens: input per run, {n} agents", o, t, target=f"ratio <= {TARGET_RATIO}", ok=o / t <= TARGET_RATIO,
+              note="theirs: CrewAI's default (each task gets every earlier output)")
+    table.add(f"tokens: input per run, {n} agents, context=prev", o, previous[n]["tokens"], target="info", ok=None,
+              note="theirs: CrewAI with context=[previous task]")
+    for part, name in PART_NAMES.items():
+        table.add(f"  {n} agents: {name}", ours[n]["parts"][part], theirs[n]["parts"][part], target="info", ok=None)
+    last = sizes[-1]
+    table.add(f"tokens: input per run, {last} agents", ours[last]["tokens"], theirs[last]["tokens"], target="info",
+              ok=None)
     ours_growth, theirs_growth = growth(ours, sizes), growth(theirs, sizes)
     for (a, b), mine, peer in zip(itertools.pairwise(sizes), ours_growth, theirs_growth, strict=True):
         table.add(f"tokens: added agent {a} -> {b}", mine, peer, target="info", ok=None)
-    spread = (max(ours_growth) - min(ours_growth)) / max(1, min(ours_growth))
-    table.add(f"tokens: growth per agent constant ({sizes[0]}->{sizes[-1]})", spread,
-              (max(theirs_growth) - min(theirs_growth)) / max(1, min(theirs_growth)), compare=False,
-              target="ours spread <= 2%", ok=spread <= 0.02,
-              note="(largest - smallest added-agent cost) / smallest")
-
-
-class _Table:  # the shape of bench/run.py's Table, for running this script alone
-    def __init__(self) -> None:
-        self.rows: list[dict] = []
-
-    def add(self, metric, ours, theirs=None, *, target, ok, ratio=None, note="", compare=True, unit=""):
-        if compare and ratio is None and isinstance(ours, int | float) and isinstance(theirs, int | float) and theirs:
-            ratio = ours / theirs
-        self.rows.append({"metric": metric, "ours": ours, "theirs": theirs, "ratio": ratio, "target": target,
-                          "pass": ok, "note": note})
+    steady = ours_growth[-1] / ours_growth[0]
+    table.add(f"tokens: added agent {sizes[-2]}->{last} / {sizes[0]}->{sizes[1]}", steady,
+              theirs_growth[-1] / theirs_growth[0], compare=False, target="ours <= 1.05 (flat)", ok=steady <= 1.05,
+              note="constant growth per agent: a later agent costs what an early one did")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -240,15 +244,12 @@ def main(argv: list[str] | None = None) -> dict:
     if args.mode == "airlock":
         print(json.dumps(_airlock_side(args.base, sizes)))
         return {}
+    from bench.run import Table
+
     data = measure(sizes)
-    table = _Table()
+    table = Table()
     add_rows(table, data)
-    for row in table.rows:
-        ratio = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
-        result = {True: "PASS", False: "FAIL", None: "info"}[row["pass"]]
-        ours = f"{row['ours']:,.2f}" if isinstance(row["ours"], float) else f"{row['ours']:,}"
-        theirs = f"{row['theirs']:,.2f}" if isinstance(row["theirs"], float) else f"{row['theirs']:,}"
-        print(f"{row['metric']:<46} {ours:>10} {theirs:>10} {ratio:>6}  {row['target']:<18} {result}")
+    print(table.render())
     print(f"load average {os.getloadavg()[0]:.1f}")
     if args.out:
         Path(args.out).write_text(json.dumps({**data, "table": table.rows}, indent=2))
