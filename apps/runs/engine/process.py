@@ -1,11 +1,11 @@
 """Who works next: the sequential cursor (task by task) or the supervisor (rules, then its model).
 
-The cursor lives in `run.state`: `turn_id` (the conversation in progress), `task_index`, `outputs` (each
-finished task's answer), `conclusions` (its status, reason and evidence: engine/handoff.py) and `evidence` (the
-tool calls handed to the task in progress) (sequential), `supervisor_turn_id`, `routing` (each member's status
-and reason),
-`rules_used` and `refusals` (supervisor), `played` (script turns each agent consumed in earlier
-conversations, so a scripted agent continues its script when asked again).
+The cursor lives in `run.state`: `turn_id` (the conversation in progress); for sequential crews
+`task_index`, `outputs` (each finished task's answer), `conclusions` (its status, reason and evidence:
+engine/handoff.py) and `evidence` (the tool calls handed to the task in progress); for supervisors
+`supervisor_turn_id`, `routing` (each member's status and reason), `rules_used` and `refusals`; and
+`played` (script turns each agent consumed in earlier conversations, so a scripted agent continues its
+script when asked again).
 """
 
 from __future__ import annotations
