@@ -4,7 +4,8 @@
 
 NAME: steps (per-step overhead and its flatness), bytes (stored per run), approval (decision -> approved
 call started), events (commit -> websocket frame, burst, publish cost), gateway (bench/gateway.py),
-history (bench/history.py), pages (bench/pages.py: page loads at 10,000 runs), memory (worker RSS).
+history (bench/history.py), pages (bench/pages.py: page loads at 10,000 runs), memory (worker RSS),
+tokens (bench/tokens.py: input tokens per crew run against CrewAI, in its own var/bench/crewai).
 `--quick` is a smoke mode (small sizes, few passes).
 
 It builds its own environment for the comparisons (var/bench/venv with bench/requirements.txt: LangGraph +
@@ -37,7 +38,7 @@ VENV = ROOT / "var" / "bench" / "venv"
 REQUIREMENTS = ROOT / "bench" / "requirements.txt"
 RESULTS = ROOT / "bench" / "results"
 OURS_DB, THEIRS_DB = "airlock_bench_run", "airlock_bench_langgraph"
-METRICS = ("steps", "bytes", "approval", "events", "gateway", "history", "pages", "memory")
+METRICS = ("steps", "bytes", "approval", "events", "gateway", "history", "pages", "memory", "tokens")
 
 sys.path.insert(0, str(ROOT))
 
@@ -398,6 +399,15 @@ def run_memory(args, setup, report, table, worker) -> None:
               target="<= 5 MB (none)", ok=growth <= 5)
 
 
+def run_tokens(args, report, table) -> None:
+    """Input tokens per crew run against CrewAI (bench/tokens.py: its own processes, venv and fake model)."""
+    from bench import tokens
+
+    data = tokens.measure([2, 4, 8] if args.quick else tokens.SIZES)
+    report["tokens"] = data
+    tokens.add_rows(table, data)
+
+
 # --- main ------------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> dict:
@@ -459,6 +469,9 @@ def main(argv: list[str] | None = None) -> dict:
         save()
     if "pages" in only:
         run_pages(args, admin_url, report, table)
+        save()
+    if "tokens" in only:
+        run_tokens(args, report, table)
         save()
     report["seconds"] = round(time.monotonic() - started, 1)
     save()

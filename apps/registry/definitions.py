@@ -15,6 +15,9 @@ SERVER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MODEL_TOOL_NAME_MAX = 64  # OpenAI's limit; Anthropic allows 128
 SERVER_NAME_RULE = "Use 1-32 lowercase letters, digits or hyphens, starting with a letter."
+# The run's own tools (`run.get_result`), answered by the run engine from the run's ledger and never registered
+# (apps/runs/engine/handoff.py): no server may take their name.
+RUN_TOOLS_SERVER = "run"
 
 
 def canonical_definition(*, name: str, title: str | None, description: str | None, input_schema: Any,
@@ -85,6 +88,8 @@ def reaches_open_world(*, tier: str, annotations: dict[str, Any] | None) -> bool
 def server_name_error(name: str) -> str | None:
     if not SERVER_NAME_RE.match(name or ""):
         return SERVER_NAME_RULE
+    if name == RUN_TOOLS_SERVER:
+        return f"{RUN_TOOLS_SERVER!r} is kept for Airlock's own tools (run.get_result); choose another name."
     return None
 
 
