@@ -67,9 +67,9 @@ def notes(desk, tmp_path):
 
 def reader(desk, notes, script, *, grants=(), connection=None, **values):
     """A crew of one agent given the handbook as context."""
-    agent = agent_services.create_agent(actor=desk.actor, name="Reader", connection_id=(connection or desk.connection).id,
-                                        script=script, grants=list(grants),
-                                        context_resources=[str(notes.resource().id)], **values)
+    connection = connection or desk.connection
+    agent = agent_services.create_agent(actor=desk.actor, name="Reader", connection_id=connection.id, script=script,
+                                        grants=list(grants), context_resources=[str(notes.resource().id)], **values)
     return desk.sequential("Readers", [("answer", agent, "Refund {amount_cents} cents on {order_id}?", [])])
 
 
