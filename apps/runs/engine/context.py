@@ -22,6 +22,7 @@ from django.conf import settings
 from pydantic_ai.messages import UserPromptPart
 
 from apps.agents.prompts import context_resources_text, wrap_resource
+from apps.core import tracing
 from apps.registry.models import Resource, ToolState
 from apps.registry.pool import read_resource
 from apps.registry.scanner import scan_text
@@ -72,7 +73,8 @@ def _read_one(store: Store, given: dict[str, Any], resource: Resource | None) ->
     if problem:
         return ContextRead(given, unavailable=problem)
     try:
-        data = read_resource(resource.server_id, resource.uri, org_id=store.run.org_id, server=resource.server)
+        with tracing.span("run.context_read", server=resource.server.name, uri=resource.uri):
+            data = read_resource(resource.server_id, resource.uri, org_id=store.run.org_id, server=resource.server)
     except Exception as exc:  # ToolCallFailed/Timeout, NotFound (server deleted meanwhile) and the like
         return ContextRead(given, unavailable=f"reading it failed: {store.redact_outside(str(exc))[:300]}")
     content = resource_content(data, cap=settings.AIRLOCK_RESOURCE_MAX_BYTES)
