@@ -191,10 +191,11 @@ def context_snapshot(agent: Agent) -> dict[str, Any]:
     given = agent_context_resources(agent)
     if not given:
         return {}
+    # What names the resource, not what it says (its name, its definition hash): a re-pinned definition is not a
+    # change of the agent, and a run checks the resource as it is when it reads it.
     return {"context_resources": [
         {"resource_id": str(c.resource_id), "server_id": str(c.resource.server_id), "server": c.resource.server.name,
-         "uri": c.resource.uri, "name": c.resource.name, "definition_hash": c.resource.definition_hash}
-        for c in given]}
+         "uri": c.resource.uri} for c in given]}
 
 
 def diff_snapshots(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, list[Any]]:
