@@ -33,6 +33,26 @@ def canonical_definition(*, name: str, title: str | None, description: str | Non
     }
 
 
+# What a resource's annotations say about its content rather than about what it is: not pinned, or a file whose
+# modification time the server reports would be quarantined every time it is edited.
+RESOURCE_CONTENT_ANNOTATIONS = ("lastModified",)
+
+
+def canonical_resource(*, uri: str, name: str | None, title: str | None, description: str | None,
+                       mime_type: str | None, annotations: Any) -> dict[str, Any]:
+    """What a resource is, as pinned: what a model or a person reads about it before its content. Its `size` and
+    its annotations' `lastModified` describe the content, which may change between reads: they are not pinned."""
+    kept = {k: v for k, v in (annotations or {}).items() if k not in RESOURCE_CONTENT_ANNOTATIONS}
+    return {
+        "uri": uri,
+        "name": name or "",
+        "title": title or "",
+        "description": description or "",
+        "mime_type": mime_type or "",
+        "annotations": kept or None,
+    }
+
+
 def definition_hash(definition: dict[str, Any]) -> str:
     body = json.dumps(definition, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(body.encode()).hexdigest()

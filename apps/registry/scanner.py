@@ -355,6 +355,17 @@ def scan_definition(definition: dict[str, Any], *, limit: int = DESCRIPTION_LIMI
     return [f.as_dict() for f in unique.values()]
 
 
+def scan_resource(definition: dict[str, Any]) -> list[dict[str, str]]:
+    """All findings for one resource's canonical definition (definitions.canonical_resource): its description
+    and title as a tool's are scanned, and its name too (a resource's name is free text, a tool's is not)."""
+    findings = scan_definition(definition)
+    name = definition.get("name") or ""
+    if name:
+        found = [*scan_text(name, where="name"), *_hiding_findings(name, where="name", limit=DESCRIPTION_LIMIT)]
+        findings += [f.as_dict() for f in found]
+    return findings
+
+
 def scan_server(*, instructions: str, prompts: list[dict[str, Any]], resources: list[dict[str, Any]],
                 resource_templates: list[dict[str, Any]]) -> list[dict[str, str]]:
     """Findings in what a server says besides its tools: its `instructions`, its prompts (names, titles,
