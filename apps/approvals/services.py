@@ -133,17 +133,19 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
         request.decided_at, request.decided_by_id, request.decided_by_label = timezone.now(), actor.user_id, actor.label
         fields += ["status", "decided_at", "decided_by", "decided_by_label"]
     request.save(update_fields=sorted(set(fields)))
-    audit.record(org_id=request.org_id, actor=actor, action=f"approval.{decision}", target=request,
-                 target_label=request.title, data={"status": request.status, "comment": comment,
-                                                   "edited": arguments is not None,
-                                                   "votes": request.votes_cast,
-                                                   "required": request.required_approvals})
     if chosen and request.status == ApprovalStatus.APPROVED:
         standing.create_standing(actor=actor, request=request, **chosen)
     publish_inbox_count(org_id=request.org_id)
     publish_item(request)
     if request.status != ApprovalStatus.PENDING:
         notify(org_id=request.org_id, event="approval.decided", payload=notification_payload(request))
+    # Last: the audit row locks the organisation's chain head until the caller commits, and every audited
+    # write of the organisation (other decisions, run starts, tool calls) waits for that lock meanwhile.
+    audit.record(org_id=request.org_id, actor=actor, action=f"approval.{decision}", target=request,
+                 target_label=request.title, data={"status": request.status, "comment": comment,
+                                                   "edited": arguments is not None,
+                                                   "votes": request.votes_cast,
+                                                   "required": request.required_approvals})
     return request
 
 

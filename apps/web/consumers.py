@@ -19,6 +19,7 @@ from importlib import import_module
 from types import SimpleNamespace
 from urllib.parse import parse_qs
 
+from asgiref.sync import ThreadSensitiveContext
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -71,6 +72,13 @@ class MemberConsumer(AsyncWebsocketConsumer):
     membership: Membership | None = None
     actor: Actor | None = None
     joined_groups: tuple[str, ...] = ()
+
+    async def __call__(self, scope, receive, send) -> None:
+        # Each socket's database work and renders run on a thread of its own, as Django gives each request
+        # one. Outside such a context every socket of the process shares one thread, and under load
+        # (bench/load.py: 100 run pages) a run's new events waited there behind other pages' panel renders.
+        async with ThreadSensitiveContext():
+            await super().__call__(scope, receive, send)
 
     def page_org_id(self) -> str | None:
         """The organisation this page shows (runs in a thread: may read the database)."""
