@@ -5,19 +5,23 @@
     .venv/bin/python bench/load.py [--runs 200] [--storm 500] [--clients 100] [--threads 16]
                                    [--web 2] [--workers 2] [--concurrency 4]
 
+0. Warm-up (not measured): `--warm` short runs (default two per worker child), so every child has its MCP session
+   open and its code loaded, as in a deployment that has been up a while.
 1. Concurrent runs: `--runs` runs of a short crew (the scripted model, one read of the bundled order desk over
    stdio MCP, then an answer), all started at once through the API (POST /crews/{id}/runs from a thread pool).
-   While they run, `--clients` websocket clients sit on the run pages of the first runs (/ws/run/{id}/).
+   `--clients` websocket clients sit on run pages (/ws/run/{id}/), connected before their runs leave the queue
+   (half the other runs are started ahead of them), so they see every event arrive live.
 2. Approval storm: `--storm` runs whose one tool call (a refund on the order desk, granted `approve`) waits for
    a person; once all wait, every pending approval is decided through the API (POST /approvals/{id}/decision
    with an approver's token) from a thread pool, all at once.
 
 It prints one table: the figures with targets (run start p95, decision p95, decided -> dispatched p95, event ->
-websocket frame p95, errors, lost), then throughput (runs/s, decisions/s), p50s, the deepest each queue got,
-and the "nothing lost" checks: every run ended as expected (succeeded, or waiting before the storm's decisions),
-every approved refund ran exactly once by the ledger (one `succeeded` ToolCall, one attempt) and by the order
-desk's own store (one refund per request id, none repeated, the order's refunded total matching), and every
-websocket client saw every event of its run, in order, without duplicates. Results: bench/results/load-<ts>.json.
+websocket frame p95, errors, lost), then throughput (runs/s, decisions/s), p50s, where the time went (the deepest
+each broker queue got, the statements that waited for a lock), and the "nothing lost" checks: every run ended as
+expected (succeeded, or waiting before the storm's decisions), every approved refund ran exactly once by the
+ledger (one `succeeded` ToolCall, one attempt) and by the order desk's own store (one refund per request id, none
+repeated, the order's refunded total matching), and every websocket client saw every event of its run, in order,
+without duplicates. Results: bench/results/load-<ts>.json.
 
 A database `airlock_bench_load_<pid>_<time>` on DATABASE_URL's server and an empty Redis database of REDIS_URL's
 server, both made for the run and removed after it (bench/scratch.py), the order desk's store under var/bench/.
@@ -30,15 +34,17 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import sys
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -48,6 +54,7 @@ from bench.run import RESULTS, quantile  # noqa: E402
 
 DESK_DATA = ROOT / "var" / "bench" / "load-orders.json"
 STORM_ORDER = "A-1003"  # total 12,500 cents: room for 500 refunds of 1 cent (and more)
+RETRIES: list[str] = []  # requests sent again after a reset of their kept-alive connection
 TERMINAL = ("succeeded", "failed", "cancelled", "timed_out", "limit_exceeded")
 # p95 targets (ms) and what they measure; errors and lost must be 0
 TARGETS = {"start": 500, "decision": 300, "dispatch": 2000, "frame": 500}
@@ -140,7 +147,7 @@ def beat_process():
 
 class Sampler(threading.Thread):
     """Twice a second: the peak connections of this stack's database and the server's (pg_stat_activity), how many
-    of this stack's sessions wait for a lock (and on which relation, the lock's holder's), and how many messages
+    of this stack's sessions wait for a lock (and in which statement), and how many messages
     wait in each broker queue (LLEN) and are taken but unacknowledged (the `unacked` hash)."""
 
     def __init__(self) -> None:
@@ -148,7 +155,7 @@ class Sampler(threading.Thread):
         self.stop = threading.Event()
         self.ours = self.server = 0
         self.queues: dict[str, int] = {}  # deepest seen
-        self.lock_waits: dict[str, int] = {}  # relation -> samples x sessions waiting for a lock on it
+        self.lock_waits: dict[str, int] = {}  # statement -> samples x sessions waiting for a lock in it
         self.samples: list[tuple[float, dict[str, int]]] = []
 
     def run(self) -> None:
@@ -158,7 +165,7 @@ class Sampler(threading.Thread):
         from config.celery import WORKER_QUEUES
 
         db = urlparse(os.environ["DATABASE_URL"]).path.lstrip("/")
-        url = urlunparse(urlparse(os.environ["DATABASE_URL"])._replace(path="/postgres"))
+        url = os.environ["DATABASE_URL"]
         broker = redis.Redis.from_url(os.environ["REDIS_URL"])
         names = WORKER_QUEUES.split(",")
         with psycopg.connect(url, autocommit=True) as conn:
@@ -169,19 +176,17 @@ class Sampler(threading.Thread):
                 self.server = max(self.server, sum(rows.values()))
                 depth = {name: broker.llen(name) for name in names} | {"unacked": broker.hlen("unacked")}
                 waits = conn.execute(LOCK_WAITS_SQL, (db,)).fetchall()
-                for relation, count in waits:
-                    self.lock_waits[relation] = self.lock_waits.get(relation, 0) + count
-                depth["lock_waits"] = sum(count for _, count in waits)
-                self.samples.append((time.time(), depth))
+                for statement, count in waits:
+                    self.lock_waits[statement] = self.lock_waits.get(statement, 0) + count
+                self.samples.append((time.time(), {**depth, "lock_waits": sum(count for _, count in waits)}))
                 for name, count in depth.items():
                     self.queues[name] = max(self.queues.get(name, 0), count)
 
 
+# the statements of this stack's sessions that wait for a lock, by their first words
 LOCK_WAITS_SQL = """
-SELECT coalesce(rel.relname, w.locktype), count(*)
-FROM pg_stat_activity a JOIN pg_locks w ON w.pid = a.pid AND NOT w.granted
-LEFT JOIN pg_class rel ON rel.oid = w.relation
-WHERE a.datname = %s GROUP BY 1
+SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 90), count(*) FROM pg_stat_activity
+WHERE datname = %s AND wait_event_type = 'Lock' GROUP BY 1
 """
 
 
@@ -207,7 +212,9 @@ def ms(values: list[float]) -> tuple[float, float]:
 def timed_requests(method: str, urls_and_bodies: list[tuple[str, dict]], token: str, threads: int,
                    ok: int) -> tuple[list, list[float], list[str], float]:
     """Sends every request from a pool of `threads` (one keep-alive session each); (answers, latencies ms,
-    errors, wall seconds)."""
+    errors, wall seconds). As a browser does, a request whose kept-alive connection the server had just closed
+    (a reset before any answer) is sent once more, with the same `Idempotency-Key` (a run is started once; a
+    decision made twice is a 409, which then counts as the decision); RETRIES counts them."""
     import requests
 
     local = threading.local()
@@ -219,12 +226,18 @@ def timed_requests(method: str, urls_and_bodies: list[tuple[str, dict]], token: 
             session = local.session = requests.Session()
             session.headers["Authorization"] = f"Bearer {token}"
         started = time.perf_counter()
+        headers, accepted = {"Idempotency-Key": uuid.uuid4().hex}, {ok}
         try:
-            response = session.request(method, url, json=body, timeout=120)
+            try:
+                response = session.request(method, url, json=body, headers=headers, timeout=120)
+            except requests.ConnectionError:
+                RETRIES.append(url)
+                accepted.add(409)
+                response = session.request(method, url, json=body, headers=headers, timeout=120)
         except requests.RequestException as exc:
             return None, (time.perf_counter() - started) * 1000, f"{type(exc).__name__}: {exc}"
         elapsed = (time.perf_counter() - started) * 1000
-        if response.status_code != ok:
+        if response.status_code not in accepted:
             return None, elapsed, f"HTTP {response.status_code}: {response.text[:200]}"
         return response.json(), elapsed, None
 
@@ -321,15 +334,19 @@ def concurrent_runs(bases: list[str], s: dict, runs: int, clients: int, threads:
     orders = ["A-1001", "A-1002", "A-1003"]
     items = [(f"{bases[n % len(bases)]}/api/v1/crews/{s['short']}/runs", {"inputs": {"order_id": orders[n % 3]}})
              for n in range(runs)]
-    # The run pages' clients connect as soon as their runs exist: start the first `clients` runs, watch them,
-    # then start the rest. All requests go out from the same pool, back to back.
-    first = min(clients, runs)
-    answers, latencies, errors, wall = timed_requests("POST", items[:first], s["starter"], threads, ok=201)
+    # The run pages' clients must be there before their runs execute, to see events arrive live: half the
+    # unwatched runs go first (the workers' backlog), then the `clients` watched ones, whose pages connect at
+    # once, then the rest while the pages watch. All requests go out from the same pool, back to back.
+    ahead = (runs - min(clients, runs)) // 2
+    watched_items, rest = items[ahead:ahead + clients], items[:ahead] + items[ahead + clients:]
+    answers, latencies, errors, wall = timed_requests("POST", rest[:ahead], s["starter"], threads, ok=201)
     started_at = time.time() - wall
-    watched = [a["id"] for a in answers if a]
+    mine, mine_latencies, mine_errors, _ = timed_requests("POST", watched_items, s["starter"], threads, ok=201)
+    watched = [a["id"] for a in mine if a]
+    answers, latencies, errors = answers + mine, latencies + mine_latencies, errors + mine_errors
     with Watchers(bases, s["cookie"], watched) as watchers:
-        more, more_latencies, more_errors, _ = timed_requests("POST", items[first:], s["starter"], threads,
-                                                                      ok=201)
+        more, more_latencies, more_errors, _ = timed_requests("POST", rest[ahead:], s["starter"], threads,
+                                                              ok=201)
         answers += more
         latencies += more_latencies
         errors += more_errors
@@ -443,6 +460,12 @@ def targets(r: dict) -> list[tuple[str, str, str, bool]]:
             ("lost (runs, refunds, events; below)", str(lost), "0", lost == 0)]
 
 
+def lock_target(statement: str) -> str:
+    """What a waiting statement waits for, in a few words: the first table it names."""
+    match = re.search(r'(?:FROM|INTO|UPDATE)\s+"?(\w+)', statement)
+    return f"{statement.split()[0]} {match.group(1) if match else ''}".strip()
+
+
 def lost_count(r: dict) -> int:
     """Runs not ended as expected, approved calls not run exactly once, events a client did not get."""
     n, a = r["runs"], r["storm"]
@@ -494,13 +517,14 @@ def table(r: dict, s: dict) -> str:
         and a["desk_refunded_cents"] == a["storm"])
     k = r["stack"]
     add("stack: worker task errors (runs re-enqueued by beat)", str(k["worker_task_errors"]))
+    add("stack: requests sent again after a reset of a kept-alive connection", str(k.get("client_retries", 0)))
     add("stack: peak Postgres connections (this stack / server)",
         f"{k['db_connections_peak']} / {k['server_connections_peak']}")
     for phase in ("runs", "storm"):
         peaks = r[phase].get("queues_peak", {})
         add(f"{phase}: deepest queues (messages waiting; unacked)", ", ".join(f"{q} {c}" for q, c in peaks.items()))
         waits = sorted(r[phase].get("lock_waits", {}).items(), key=lambda kv: -kv[1])[:3]
-        add(f"{phase}: sessions waiting for a lock (sum of samples)", ", ".join(f"{rel} {c}" for rel, c in waits)
+        add(f"{phase}: sessions waiting for a lock (samples)", "; ".join(f"{c}x {lock_target(q)}" for q, c in waits)
             or "none seen")
     goals = targets(r)
     width = max(len(m) for m, _, _, _ in goals)
@@ -572,6 +596,7 @@ def measure(args) -> dict:
     report["stack"] = {"web": args.web, "workers": args.workers, "concurrency": args.concurrency,
                        "db_connections_peak": sampler.ours, "server_connections_peak": sampler.server,
                        "worker_task_errors": len(errors), "worker_task_error_samples": errors[:5],
+                       "client_retries": len(RETRIES),
                        "queue_samples": sampler.samples}
     report["machine"]["load_after"] = os.getloadavg()
     report["seconds"] = round(time.monotonic() - begun, 1)
