@@ -80,7 +80,8 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
                 standing_choice: dict[str, Any] | None = None) -> ApprovalRequest:
     """Adds one person's vote; decides the request when enough approvals are in or anyone rejects.
 
-    Must run inside the caller's transaction with `request` locked (select_for_update).
+    Must run inside the caller's transaction with `request` locked (select_for_update); the caller then writes
+    the vote's audit row with `audit_vote`, last before its commit.
     `standing_choice` ({"scope": "call"/"run"/"agent_tool", "condition", "hours"}) also creates a
     standing approval when the request ends approved (never for dangerous tools).
     Raises PermissionDenied (role, separation of duties), Conflict (already decided, voted twice),
@@ -135,11 +136,6 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
         request.decided_at, request.decided_by_id, request.decided_by_label = timezone.now(), actor.user_id, actor.label
         fields += ["status", "decided_at", "decided_by", "decided_by_label"]
     request.save(update_fields=sorted(set(fields)))
-    audit.record(org_id=request.org_id, actor=actor, action=f"approval.{decision}", target=request,
-                 target_label=request.title, data={"status": request.status, "comment": comment,
-                                                   "edited": arguments is not None,
-                                                   "votes": request.votes_cast,
-                                                   "required": request.required_approvals})
     if chosen and request.status == ApprovalStatus.APPROVED:
         standing.create_standing(actor=actor, request=request, **chosen)
     publish_inbox_count(org_id=request.org_id)
@@ -147,6 +143,19 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
     if request.status != ApprovalStatus.PENDING:
         notify(org_id=request.org_id, event="approval.decided", payload=notification_payload(request))
     return request
+
+
+def audit_vote(*, actor: Actor, request: ApprovalRequest, decision: str, comment: str, edited: bool) -> None:
+    """The audit row of the vote `record_vote` just wrote, as the last statement of the caller's transaction.
+
+    Last, because it locks the organisation's audit chain head until the commit, and every audited write of the
+    organisation (other decisions, run starts, tool calls in the workers) waits for that lock meanwhile; the
+    chain's next hash is computed in the same statement (`send_record`), so the lock costs no round trip more.
+    """
+    audit.send_record(org_id=request.org_id, actor=actor, action=f"approval.{decision}", target=request,
+                      target_label=request.title, data={"status": request.status, "comment": comment,
+                                                        "edited": edited, "votes": request.votes_cast,
+                                                        "required": request.required_approvals})
 
 
 def expire_request(*, request: ApprovalRequest) -> ApprovalRequest:
