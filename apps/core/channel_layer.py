@@ -16,6 +16,7 @@ from datetime import timedelta
 
 from channels.db import database_sync_to_async
 from channels.layers import InMemoryChannelLayer
+from django.db import OperationalError
 from django.db.models import Q
 from django.utils import timezone
 
@@ -81,8 +82,20 @@ class DatabaseChannelLayer(InMemoryChannelLayer):
         await super().flush()
 
 
+INSERT_ATTEMPTS = 4  # each waits up to SQLite's busy_timeout (5 s) for the writer ahead of it
+
+
 def _insert(group: str, message: dict) -> None:
-    BroadcastMessage.objects.create(group=group, payload=message)
+    """One message on the bus. SQLite has one writer at a time: a long transaction elsewhere (a seed, a
+    migration, a slow machine) can outlast the busy timeout, and a live update lost then is lost for
+    good, so the insert waits its turn again before it gives up."""
+    for attempt in range(1, INSERT_ATTEMPTS + 1):
+        try:
+            BroadcastMessage.objects.create(group=group, payload=message)
+            return
+        except OperationalError as exc:
+            if attempt == INSERT_ATTEMPTS or "locked" not in str(exc):
+                raise
 
 
 def _latest_id() -> int:
