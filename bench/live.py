@@ -5,8 +5,6 @@
   channel layer. This process plays the worker (the same `append_event` in a transaction a worker's step runs);
   the client runs on its own thread and loop. Also a 500-event burst (complete and in order?) and the cost of
   `apps.core.realtime.publish` on the publishing thread.
-- `approval(...)`: a person's decision (`runs.decisions.decide_approval`) -> the approved tool call started
-  (`ToolCall.dispatched_at`, committed by the worker right before the request leaves), on a warm Celery worker.
 - `memory(...)`: resident memory of the worker process that runs the engine after 100 runs and after 1,000.
 """
 
@@ -21,7 +19,6 @@ import sys
 import threading
 import time
 from contextlib import contextmanager, suppress
-from datetime import UTC, datetime
 from pathlib import Path
 
 # The run page's socket adds new events on top of its event list in a frame that starts so (web/runs/_new_events.html).
@@ -84,16 +81,25 @@ def process(name: str, argv: list[str], ready: str | None = None, port: int | No
 
 
 def uvicorn(app: str):
+    return uvicorn_app(app, f"uvicorn-{app.split(':')[0]}")
+
+
+def uvicorn_app(app: str, name: str):
     port = _free_port()
-    return port, process(f"uvicorn-{app.split(':')[0]}", [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1",
-                                                          "--port", str(port), "--no-access-log", "--log-level",
-                                                          "warning"], port=port)
+    return port, process(name, [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+                                "--no-access-log", "--log-level", "warning"], port=port)
+
+
+def worker_argv(name: str, *, concurrency: int) -> list[str]:
+    """A Celery worker on every queue, as `runall` starts one (config.celery.WORKER_QUEUES)."""
+    from config.celery import WORKER_QUEUES
+
+    return [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", WORKER_QUEUES, "--concurrency",
+            str(concurrency), "--without-mingle", "--without-gossip", "-l", "info", "-n", f"{name}@%h"]
 
 
 def celery_worker():
-    return process("worker", [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "runs,default",
-                              "--concurrency", "1", "--without-mingle", "--without-gossip", "-l", "info",
-                              "-n", f"bench-{os.getpid()}@%h"], ready="ready.")
+    return process("worker", worker_argv(f"bench-{os.getpid()}", concurrency=1), ready="ready.")
 
 
 # --- the websocket client ----------------------------------------------------------------------------
@@ -238,56 +244,7 @@ def events(setup, *, samples: int, burst: int) -> dict:
     return out
 
 
-# --- approval and memory on a real worker ----------------------------------------------------------------
-
-def _approver(setup):
-    from apps.accounts import services as accounts
-    from apps.accounts.actors import member_actor
-    from apps.accounts.models import Membership
-    from bench.engine import actor_for
-
-    membership = Membership.objects.filter(org_id=setup.org_id, role="approver").select_related("user", "org").first()
-    if membership is None:
-        membership, _ = accounts.add_member(actor=actor_for(setup), email="approver@bench.example", role="approver")
-        membership = Membership.objects.select_related("user", "org").get(id=membership.id)
-    return member_actor(membership)
-
-
-def approval(setup, *, samples: int) -> dict:
-    """Decision -> the approved call's `dispatched_at`, and, alternating with it, the broker hop alone: an
-    idle task (the worker heartbeat, one upsert) from enqueue to the time it stamps, on the same worker."""
-    from apps.approvals.models import ApprovalRequest
-    from apps.core.models import WorkerHeartbeat
-    from apps.core.tasks import record_worker_heartbeat
-    from apps.runs import decisions, services
-    from apps.runs.models import Run, ToolCall
-    from bench.engine import actor_for
-
-    starter, approver = actor_for(setup), _approver(setup)
-    latencies, hops = [], []
-    for index in range(samples + 2):  # two warm-up rounds
-        run = services.start_run(actor=starter, crew_id=setup.hold_crew, inputs={})
-        _wait(lambda run=run: Run.objects.filter(id=run.id, status="waiting").exists(), 60, "the run to wait")
-        request = ApprovalRequest.objects.get(run_id=run.id, status="pending")
-        time.sleep(0.05)  # the worker is idle again
-        started = time.time()
-        decisions.decide_approval(actor=approver, approval_id=request.id, decision="approve")
-        # The figure is the row's own timestamp, so how often this process looks does not change it; looking
-        # every 2 ms (a query each) took CPU from the worker and Postgres it measures on a 2-core machine.
-        dispatched = _wait(lambda run=run: ToolCall.objects.filter(run_id=run.id, dispatched_at__isnull=False)
-                           .values_list("dispatched_at", flat=True).first(), 60, "the dispatch", interval=0.02)
-        _wait(lambda run=run: Run.objects.filter(id=run.id, status="succeeded").exists(), 60, "the run to end",
-              interval=0.02)
-        time.sleep(0.05)
-        enqueued = time.time()
-        record_worker_heartbeat.delay()
-        seen = _wait(lambda enqueued=enqueued: WorkerHeartbeat.objects.filter(seen_at__gte=datetime.fromtimestamp(
-            enqueued, UTC)).values_list("seen_at", flat=True).first(), 60, "the heartbeat", interval=0.02)
-        if index >= 2:
-            latencies.append((dispatched.timestamp() - started) * 1000)
-            hops.append((seen.timestamp() - enqueued) * 1000)
-    return {"decide_to_dispatch_ms": latencies, "broker_hop_ms": hops}
-
+# --- memory on a real worker ----------------------------------------------------------------
 
 def _rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():

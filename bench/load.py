@@ -1,23 +1,31 @@
-"""Airlock under load, on loopback, against a stack it starts itself: one web process (uvicorn, HTTP API and
-websockets) and one Celery worker with --concurrency 2, on a database of its own.
+"""Airlock under load, on loopback, against a stack it starts itself like docker-compose.yml's: two web processes
+(uvicorn: HTTP API and websockets; clients take turns between them, as behind a load balancer), two Celery workers
+(--concurrency 4 each, the compose file's) and beat, on a database and a Redis database of its own.
 
     .venv/bin/python bench/load.py [--runs 200] [--storm 500] [--clients 100] [--threads 16]
+                                   [--web 2] [--workers 2] [--concurrency 4]
 
+0. Warm-up (not measured): `--warm` short runs (default two per worker child), so every child has its MCP session
+   open and its code loaded, as in a deployment that has been up a while.
 1. Concurrent runs: `--runs` runs of a short crew (the scripted model, one read of the bundled order desk over
    stdio MCP, then an answer), all started at once through the API (POST /crews/{id}/runs from a thread pool).
-   While they run, `--clients` websocket clients sit on the run pages of the first runs (/ws/run/{id}/).
+   `--clients` websocket clients sit on run pages (/ws/run/{id}/), connected before their runs leave the queue
+   (half the other runs are started ahead of them), so they see every event arrive live.
 2. Approval storm: `--storm` runs whose one tool call (a refund on the order desk, granted `approve`) waits for
    a person; once all wait, every pending approval is decided through the API (POST /approvals/{id}/decision
    with an approver's token) from a thread pool, all at once.
 
-It prints one table: throughput (runs/s, decisions/s), p50/p95 latencies, errors, and the "nothing lost"
-checks: every run ended as expected (succeeded, or waiting before the storm's decisions), every approved
-refund ran exactly once by the ledger (one `succeeded` ToolCall, one attempt) and by the order desk's own store
-(one refund per request id, none repeated, the order's refunded total matching), and every websocket client
-saw every event of its run, in order, without duplicates. Results: bench/results/load-<timestamp>.json.
+It prints one table: the figures with targets (run start p95, decision p95, decided -> dispatched p95, event ->
+websocket frame p95, errors, lost), then throughput (runs/s, decisions/s), p50s, where the time went (the deepest
+each broker queue got, the statements that waited for a lock), and the "nothing lost" checks: every run ended as
+expected (succeeded, or waiting before the storm's decisions), every approved refund ran exactly once by the
+ledger (one `succeeded` ToolCall, one attempt) and by the order desk's own store (one refund per request id, none
+repeated, the order's refunded total matching), and every websocket client saw every event of its run, in order,
+without duplicates. Results: bench/results/load-<ts>.json.
 
-Database `airlock_bench_load` on DATABASE_URL's server (dropped and recreated), Redis database 13 of REDIS_URL's
-server (flushed), the order desk's store under var/bench/. Not part of the test suite. docs/performance.md.
+A database `airlock_bench_load_<pid>_<time>` on DATABASE_URL's server and an empty Redis database of REDIS_URL's
+server, both made for the run and removed after it (bench/scratch.py), the order desk's store under var/bench/.
+Not part of the test suite. docs/performance.md.
 """
 
 from __future__ import annotations
@@ -26,14 +34,17 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import statistics
 import sys
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import urlparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -41,32 +52,25 @@ sys.path.insert(0, str(ROOT))
 from bench.live import EVENT, NEW_EVENTS, _wait  # noqa: E402
 from bench.run import RESULTS, quantile  # noqa: E402
 
-DB = "airlock_bench_load"
 DESK_DATA = ROOT / "var" / "bench" / "load-orders.json"
 STORM_ORDER = "A-1003"  # total 12,500 cents: room for 500 refunds of 1 cent (and more)
+RETRIES: list[str] = []  # requests sent again after a reset of their kept-alive connection
 TERMINAL = ("succeeded", "failed", "cancelled", "timed_out", "limit_exceeded")
+# p95 targets (ms) and what they measure; errors and lost must be 0
+TARGETS = {"start": 500, "decision": 300, "dispatch": 2000, "frame": 500}
 
 
 # --- environment -----------------------------------------------------------------------------------------
 
-def configure() -> str:
-    """A fresh database and Redis db for this run; settings for this process and the ones it starts."""
-    import psycopg
+def configure(db_url: str, redis_url: str) -> None:
+    """Settings for this process and the ones it starts (production-like), on the scratch database and Redis db."""
     from cryptography.fernet import Fernet
 
-    url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/airlock"
-    if not url.startswith("postgres"):
-        sys.exit("bench/load.py needs Postgres (DATABASE_URL=postgres://...).")
-    parsed = urlparse(url)
-    with psycopg.connect(urlunparse(parsed._replace(path="/postgres")), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{DB}"')
-    redis_url = urlunparse(urlparse(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0")._replace(path="/13"))
     os.environ.update({
-        "DATABASE_URL": urlunparse(parsed._replace(path=f"/{DB}")), "REDIS_URL": redis_url,
+        "DATABASE_URL": db_url, "REDIS_URL": redis_url,
         "DJANGO_SETTINGS_MODULE": "config.settings", "DEBUG": "0", "SECRET_KEY": "bench-load-" + "x" * 40,
-        "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0", "AIRLOCK_CHANNEL_PREFIX": "airlock-load",
-        "AIRLOCK_EGRESS_ALLOW_PRIVATE": "1",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0",
+        "AIRLOCK_CHANNEL_PREFIX": f"airlock-load-{os.getpid()}", "AIRLOCK_EGRESS_ALLOW_PRIVATE": "1",
     })
     os.environ.setdefault("AIRLOCK_ENCRYPTION_KEY", Fernet.generate_key().decode())
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -74,15 +78,12 @@ def configure() -> str:
     import django
 
     django.setup()
-    import redis
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    redis.Redis.from_url(redis_url).flushdb()
     DESK_DATA.parent.mkdir(parents=True, exist_ok=True)
     for path in (DESK_DATA, DESK_DATA.with_suffix(".lock")):
         path.unlink(missing_ok=True)
-    return redis_url
 
 
 def setup() -> dict:
@@ -127,12 +128,11 @@ def setup() -> dict:
             "approver": approver, "cookie": _session_cookie(user.id)}
 
 
-def worker_process():
-    from bench.live import process
+def worker_process(index: int, concurrency: int):
+    from bench.live import process, worker_argv
 
-    return process("load-worker", [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", "runs,default",
-                                   "--concurrency", "2", "--without-mingle", "--without-gossip", "-l", "info",
-                                   "-n", f"load-{os.getpid()}@%h"], ready="ready.")
+    return process(f"load-worker-{index}", worker_argv(f"load-{os.getpid()}-{index}", concurrency=concurrency),
+                   ready="ready.")
 
 
 def beat_process():
@@ -145,38 +145,62 @@ def beat_process():
                                  str(schedule)], ready="beat: Starting")
 
 
-class Connections(threading.Thread):
-    """Samples pg_stat_activity twice a second: the peak connections of this stack's database and the server's."""
+class Sampler(threading.Thread):
+    """Twice a second: the peak connections of this stack's database and the server's (pg_stat_activity), how many
+    of this stack's sessions wait for a lock (and in which statement), and how many messages
+    wait in each broker queue (LLEN) and are taken but unacknowledged (the `unacked` hash)."""
 
     def __init__(self) -> None:
         super().__init__(daemon=True)
         self.stop = threading.Event()
         self.ours = self.server = 0
+        self.queues: dict[str, int] = {}  # deepest seen
+        self.lock_waits: dict[str, int] = {}  # statement -> samples x sessions waiting for a lock in it
+        self.samples: list[tuple[float, dict[str, int]]] = []
 
     def run(self) -> None:
         import psycopg
+        import redis
 
-        url = urlunparse(urlparse(os.environ["DATABASE_URL"])._replace(path="/postgres"))
+        from config.celery import WORKER_QUEUES
+
+        db = urlparse(os.environ["DATABASE_URL"]).path.lstrip("/")
+        url = os.environ["DATABASE_URL"]
+        broker = redis.Redis.from_url(os.environ["REDIS_URL"])
+        names = WORKER_QUEUES.split(",")
         with psycopg.connect(url, autocommit=True) as conn:
             while not self.stop.wait(0.5):
                 rows = dict(conn.execute("SELECT coalesce(datname, ''), count(*) FROM pg_stat_activity "
                                          "GROUP BY 1").fetchall())
-                self.ours = max(self.ours, rows.get(DB, 0))
+                self.ours = max(self.ours, rows.get(db, 0))
                 self.server = max(self.server, sum(rows.values()))
+                depth = {name: broker.llen(name) for name in names} | {"unacked": broker.hlen("unacked")}
+                waits = conn.execute(LOCK_WAITS_SQL, (db,)).fetchall()
+                for statement, count in waits:
+                    self.lock_waits[statement] = self.lock_waits.get(statement, 0) + count
+                self.samples.append((time.time(), {**depth, "lock_waits": sum(count for _, count in waits)}))
+                for name, count in depth.items():
+                    self.queues[name] = max(self.queues.get(name, 0), count)
+
+
+# the statements of this stack's sessions that wait for a lock, by their first words
+LOCK_WAITS_SQL = """
+SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 90), count(*) FROM pg_stat_activity
+WHERE datname = %s AND wait_event_type = 'Lock' GROUP BY 1
+"""
 
 
 def worker_errors() -> list[str]:
-    log = ROOT / "var" / "bench" / "logs" / "load-worker.log"
-    return [line for line in log.read_text(errors="replace").splitlines() if "raised unexpected" in line]
+    errors = []
+    for log in (ROOT / "var" / "bench" / "logs").glob("load-worker-*.log"):
+        errors += [line for line in log.read_text(errors="replace").splitlines() if "raised unexpected" in line]
+    return errors
 
 
-def web_process():
-    from bench.live import _free_port, process
+def web_process(index: int):
+    from bench.live import uvicorn_app
 
-    port = _free_port()
-    return port, process("load-web", [sys.executable, "-m", "uvicorn", "config.asgi:application", "--host",
-                                      "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"],
-                         port=port)
+    return uvicorn_app("config.asgi:application", f"load-web-{index}")
 
 
 # --- helpers ---------------------------------------------------------------------------------------------
@@ -188,7 +212,9 @@ def ms(values: list[float]) -> tuple[float, float]:
 def timed_requests(method: str, urls_and_bodies: list[tuple[str, dict]], token: str, threads: int,
                    ok: int) -> tuple[list, list[float], list[str], float]:
     """Sends every request from a pool of `threads` (one keep-alive session each); (answers, latencies ms,
-    errors, wall seconds)."""
+    errors, wall seconds). As a browser does, a request whose kept-alive connection the server had just closed
+    (a reset before any answer) is sent once more, with the same `Idempotency-Key` (a run is started once; a
+    decision made twice is a 409, which then counts as the decision); RETRIES counts them."""
     import requests
 
     local = threading.local()
@@ -200,12 +226,18 @@ def timed_requests(method: str, urls_and_bodies: list[tuple[str, dict]], token: 
             session = local.session = requests.Session()
             session.headers["Authorization"] = f"Bearer {token}"
         started = time.perf_counter()
+        headers, accepted = {"Idempotency-Key": uuid.uuid4().hex}, {ok}
         try:
-            response = session.request(method, url, json=body, timeout=120)
+            try:
+                response = session.request(method, url, json=body, headers=headers, timeout=120)
+            except requests.ConnectionError:
+                RETRIES.append(url)
+                accepted.add(409)
+                response = session.request(method, url, json=body, headers=headers, timeout=120)
         except requests.RequestException as exc:
             return None, (time.perf_counter() - started) * 1000, f"{type(exc).__name__}: {exc}"
         elapsed = (time.perf_counter() - started) * 1000
-        if response.status_code != ok:
+        if response.status_code not in accepted:
             return None, elapsed, f"HTTP {response.status_code}: {response.text[:200]}"
         return response.json(), elapsed, None
 
@@ -224,8 +256,8 @@ class Watchers:
     """`n` websocket clients, one per run page, on one event loop in its own thread. Each records
     (seq, type, arrival wall time, event time) of every JSON event frame."""
 
-    def __init__(self, base: str, cookie: str, run_ids: list[str]) -> None:
-        self.base, self.cookie, self.run_ids = base, cookie, run_ids
+    def __init__(self, bases: list[str], cookie: str, run_ids: list[str]) -> None:
+        self.bases, self.cookie, self.run_ids = bases, cookie, run_ids
         self.frames: dict[str, list[tuple[int, str, float, float]]] = {r: [] for r in run_ids}
         self.opened_at: dict[str, float] = {}
         self.errors: list[str] = []
@@ -233,11 +265,11 @@ class Watchers:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
-    async def _watch(self, run_id: str, opened: list) -> None:
+    async def _watch(self, run_id: str, base: str, opened: list) -> None:
         import websockets
 
-        headers = {"Origin": self.base, "Cookie": f"sessionid={self.cookie}"}
-        url = self.base.replace("http://", "ws://") + f"/ws/run/{run_id}/"
+        headers = {"Origin": base, "Cookie": f"sessionid={self.cookie}"}
+        url = base.replace("http://", "ws://") + f"/ws/run/{run_id}/"
         try:
             async with websockets.connect(url, additional_headers=headers, max_size=None, open_timeout=60) as ws:
                 self.opened_at[run_id] = time.time()
@@ -263,7 +295,8 @@ class Watchers:
 
     async def _main(self) -> None:
         opened: list = []
-        await asyncio.gather(*(self._watch(r, opened) for r in self.run_ids))
+        await asyncio.gather(*(self._watch(r, self.bases[n % len(self.bases)], opened)
+                               for n, r in enumerate(self.run_ids)))
 
     def __enter__(self) -> Watchers:
         self.thread.start()
@@ -278,20 +311,42 @@ class Watchers:
 
 # --- the phases ------------------------------------------------------------------------------------------
 
-def concurrent_runs(base: str, s: dict, runs: int, clients: int, threads: int) -> dict:
+def warm_up(bases: list[str], s: dict, runs: int, threads: int) -> float:
+    """`runs` short runs, not measured: a deployed worker's children have their MCP sessions open and their code
+    loaded; a fresh one pays ~1 s per child to start the order desk's process. Returns the seconds it took."""
+    from apps.runs.models import Run
+
+    started = time.perf_counter()
+    items = [(f"{bases[n % len(bases)]}/api/v1/crews/{s['short']}/runs", {"inputs": {"order_id": "A-1001"}})
+             for n in range(runs)]
+    answers, _, errors, _ = timed_requests("POST", items, s["starter"], threads, ok=201)
+    if errors:
+        raise RuntimeError(f"warm-up runs failed to start: {errors[:3]}")
+    ids = [a["id"] for a in answers]
+    wait_until("the warm-up runs", lambda: Run.objects.filter(id__in=ids, status__in=TERMINAL).count() == len(ids),
+               timeout=600, interval=0.5)
+    return round(time.perf_counter() - started, 1)
+
+
+def concurrent_runs(bases: list[str], s: dict, runs: int, clients: int, threads: int) -> dict:
     from apps.runs.models import Run, RunEvent
 
     orders = ["A-1001", "A-1002", "A-1003"]
-    items = [(f"{base}/api/v1/crews/{s['short']}/runs", {"inputs": {"order_id": orders[n % 3]}}) for n in range(runs)]
-    # The run pages' clients connect as soon as their runs exist: start the first `clients` runs, watch them,
-    # then start the rest. All requests go out from the same pool, back to back.
-    first = min(clients, runs)
-    answers, latencies, errors, wall = timed_requests("POST", items[:first], s["starter"], threads, ok=201)
+    items = [(f"{bases[n % len(bases)]}/api/v1/crews/{s['short']}/runs", {"inputs": {"order_id": orders[n % 3]}})
+             for n in range(runs)]
+    # The run pages' clients must be there before their runs execute, to see events arrive live: half the
+    # unwatched runs go first (the workers' backlog), then the `clients` watched ones, whose pages connect at
+    # once, then the rest while the pages watch. All requests go out from the same pool, back to back.
+    ahead = (runs - min(clients, runs)) // 2
+    watched_items, rest = items[ahead:ahead + clients], items[:ahead] + items[ahead + clients:]
+    answers, latencies, errors, wall = timed_requests("POST", rest[:ahead], s["starter"], threads, ok=201)
     started_at = time.time() - wall
-    watched = [a["id"] for a in answers if a]
-    with Watchers(base, s["cookie"], watched) as watchers:
-        more, more_latencies, more_errors, _ = timed_requests("POST", items[first:], s["starter"], threads,
-                                                                      ok=201)
+    mine, mine_latencies, mine_errors, _ = timed_requests("POST", watched_items, s["starter"], threads, ok=201)
+    watched = [a["id"] for a in mine if a]
+    answers, latencies, errors = answers + mine, latencies + mine_latencies, errors + mine_errors
+    with Watchers(bases, s["cookie"], watched) as watchers:
+        more, more_latencies, more_errors, _ = timed_requests("POST", rest[ahead:], s["starter"], threads,
+                                                              ok=201)
         answers += more
         latencies += more_latencies
         errors += more_errors
@@ -335,11 +390,12 @@ def concurrent_runs(base: str, s: dict, runs: int, clients: int, threads: int) -
     }
 
 
-def approval_storm(base: str, s: dict, storm: int, threads: int) -> dict:
+def approval_storm(bases: list[str], s: dict, storm: int, threads: int) -> dict:
     from apps.approvals.models import ApprovalRequest
     from apps.runs.models import Run, ToolCall
 
-    items = [(f"{base}/api/v1/crews/{s['held']}/runs", {"inputs": {"order_id": f"S-{n:04d}"}}) for n in range(storm)]
+    items = [(f"{bases[n % len(bases)]}/api/v1/crews/{s['held']}/runs", {"inputs": {"order_id": f"S-{n:04d}"}})
+             for n in range(storm)]
     answers, start_latencies, start_errors, _ = timed_requests("POST", items, s["starter"], threads, ok=201)
     ids = [a["id"] for a in answers if a]
     t0 = time.perf_counter()
@@ -348,8 +404,8 @@ def approval_storm(base: str, s: dict, storm: int, threads: int) -> dict:
     to_waiting_s = time.perf_counter() - t0
     waiting = Run.objects.filter(id__in=ids, status="waiting").count()
     pending = list(ApprovalRequest.objects.filter(run_id__in=ids, status="pending").values_list("id", flat=True))
-    decisions = [(f"{base}/api/v1/approvals/{a}/decision", {"decision": "approve", "comment": "load"})
-                 for a in pending]
+    decisions = [(f"{bases[n % len(bases)]}/api/v1/approvals/{a}/decision", {"decision": "approve", "comment": "load"})
+                 for n, a in enumerate(pending)]
     answered, latencies, errors, wall = timed_requests("POST", decisions, s["approver"], threads, ok=200)
     decided_at = time.time()
     wait_until("the approved runs to finish", lambda: Run.objects.filter(id__in=ids, status__in=TERMINAL).count()
@@ -385,6 +441,38 @@ def approval_storm(base: str, s: dict, storm: int, threads: int) -> dict:
 
 
 # --- the table -------------------------------------------------------------------------------------------
+
+def targets(r: dict) -> list[tuple[str, str, str, bool]]:
+    """(figure, measured, target, met) of the figures the issue sets targets for."""
+    n, a = r["runs"], r["storm"]
+    errors = (n["api_error_count"] + n["ws_error_count"] + a["start_error_count"] + a["decision_error_count"]
+              + r["stack"]["worker_task_errors"])
+    lost = lost_count(r)
+
+    def p95(figure: str, value: float, target: float) -> tuple[str, str, str, bool]:
+        return figure, f"{value:,.0f} ms", f"<= {target:,} ms", value <= target
+
+    return [p95("run start p95 (POST /crews/{id}/runs)", n["start_ms"][1], TARGETS["start"]),
+            p95("decision p95 (POST /approvals/{id}/decision)", a["decision_ms"][1], TARGETS["decision"]),
+            p95("decided -> dispatched p95", a["decided_to_dispatched_ms"][1], TARGETS["dispatch"]),
+            p95("event -> websocket frame p95", n["event_to_frame_ms"][1], TARGETS["frame"]),
+            ("errors (API, websockets, worker tasks)", str(errors), "0", errors == 0),
+            ("lost (runs, refunds, events; below)", str(lost), "0", lost == 0)]
+
+
+def lock_target(statement: str) -> str:
+    """What a waiting statement waits for, in a few words: the first table it names."""
+    match = re.search(r'(?:FROM|INTO|UPDATE)\s+"?(\w+)', statement)
+    return f"{statement.split()[0]} {match.group(1) if match else ''}".strip()
+
+
+def lost_count(r: dict) -> int:
+    """Runs not ended as expected, approved calls not run exactly once, events a client did not get."""
+    n, a = r["runs"], r["storm"]
+    return ((n["runs"] - n["statuses"].get("succeeded", 0)) + (n["clients"] - n["ws_complete"])
+            + (a["storm"] - a["statuses"].get("succeeded", 0)) + abs(a["storm"] - a["ledger_succeeded"])
+            + abs(a["storm"] - a["desk_refunds"]) + a["desk_repeated"] + (0 if a["ledger_one_attempt"] else 1))
+
 
 def table(r: dict, s: dict) -> str:
     rows = []
@@ -429,40 +517,87 @@ def table(r: dict, s: dict) -> str:
         and a["desk_refunded_cents"] == a["storm"])
     k = r["stack"]
     add("stack: worker task errors (runs re-enqueued by beat)", str(k["worker_task_errors"]))
+    add("stack: requests sent again after a reset of a kept-alive connection", str(k.get("client_retries", 0)))
     add("stack: peak Postgres connections (this stack / server)",
         f"{k['db_connections_peak']} / {k['server_connections_peak']}")
+    for phase in ("runs", "storm"):
+        peaks = r[phase].get("queues_peak", {})
+        add(f"{phase}: deepest queues (messages waiting; unacked)", ", ".join(f"{q} {c}" for q, c in peaks.items()))
+        waits = sorted(r[phase].get("lock_waits", {}).items(), key=lambda kv: -kv[1])[:3]
+        add(f"{phase}: sessions waiting for a lock (samples)", "; ".join(f"{c}x {lock_target(q)}" for q, c in waits)
+            or "none seen")
+    goals = targets(r)
+    width = max(len(m) for m, _, _, _ in goals)
+    head = [f"{'figure':<{width}}  {'measured':>10}  {'target':<12} result", "-" * (width + 34)]
+    head += [f"{m:<{width}}  {v:>10}  {t:<12} {'PASS' if ok else 'FAIL'}" for m, v, t, ok in goals]
     width = max(len(m) for m, _, _ in rows)
     vwidth = max(len(v) for _, v, _ in rows)
-    lines = [f"{'':<{width}}  {'':<{vwidth}}  nothing lost", "-" * (width + vwidth + 16)]
+    lines = [*head, "", f"{'':<{width}}  {'':<{vwidth}}  nothing lost", "-" * (width + vwidth + 16)]
     lines += [f"{m:<{width}}  {v:<{vwidth}}  {c}" for m, v, c in rows]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from bench import scratch
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=200, help="concurrent short runs (default 200)")
     parser.add_argument("--storm", type=int, default=500, help="held calls decided through the API (default 500)")
     parser.add_argument("--clients", type=int, default=100, help="websocket clients on run pages (default 100)")
     parser.add_argument("--threads", type=int, default=16, help="HTTP client threads (default 16)")
+    parser.add_argument("--web", type=int, default=2, help="web processes (default 2)")
+    parser.add_argument("--workers", type=int, default=2, help="Celery worker processes (default 2)")
+    parser.add_argument("--concurrency", type=int, default=4, help="children per worker (default 4, as compose)")
+    parser.add_argument("--warm", type=int, default=-1, help="unmeasured runs first (default 2 per worker child)")
     args = parser.parse_args(argv)
+    url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/airlock"
+    if not url.startswith("postgres"):
+        sys.exit("bench/load.py needs Postgres (DATABASE_URL=postgres://...).")
+    with scratch.database(url, "airlock_bench_load") as db_url, \
+            scratch.redis_db(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0") as redis_url:
+        configure(db_url, redis_url)
+        report = measure(args)
+    report["ok"] = "LOST" not in report["table"] and "FAIL" not in report["table"]
+    return report
+
+
+def measure(args) -> dict:
     begun = time.monotonic()
-    configure()
     s = setup()
     report: dict = {"started": datetime.now(UTC).isoformat(), "args": vars(args),
                     "machine": {"cpus": os.cpu_count(), "load_before": os.getloadavg()}}
-    port, web = web_process()
-    connections = Connections()
-    connections.start()
-    with web, worker_process(), beat_process():
-        base = f"http://127.0.0.1:{port}"
+    sampler = Sampler()
+    with ExitStack() as stack:
+        bases = []
+        for index in range(args.web):
+            port, web = web_process(index)
+            stack.enter_context(web)
+            bases.append(f"http://127.0.0.1:{port}")
+        for index in range(args.workers):
+            stack.enter_context(worker_process(index, args.concurrency))
+        stack.enter_context(beat_process())
+        sampler.start()
+        warm = args.warm if args.warm >= 0 else args.workers * args.concurrency * 2
+        print(f"warming up the workers with {warm} runs ...", flush=True)
+        report["warm_up"] = {"runs": warm, "seconds": warm_up(bases, s, warm, args.threads) if warm else 0}
+        sampler.queues.clear()
         print(f"{args.runs} concurrent runs, {args.clients} websocket clients ...", flush=True)
-        report["runs"] = concurrent_runs(base, s, args.runs, args.clients, args.threads)
+        report["runs"] = concurrent_runs(bases, s, args.runs, args.clients, args.threads)
+        report["runs"]["queues_peak"] = dict(sampler.queues)
+        report["runs"]["lock_waits"] = dict(sampler.lock_waits)
+        sampler.queues.clear()
+        sampler.lock_waits.clear()
         print(f"approval storm of {args.storm} ...", flush=True)
-        report["storm"] = approval_storm(base, s, args.storm, args.threads)
-    connections.stop.set()
+        report["storm"] = approval_storm(bases, s, args.storm, args.threads)
+        report["storm"]["queues_peak"] = dict(sampler.queues)
+        report["storm"]["lock_waits"] = dict(sampler.lock_waits)
+    sampler.stop.set()
     errors = worker_errors()
-    report["stack"] = {"db_connections_peak": connections.ours, "server_connections_peak": connections.server,
-                       "worker_task_errors": len(errors), "worker_task_error_samples": errors[:5]}
+    report["stack"] = {"web": args.web, "workers": args.workers, "concurrency": args.concurrency,
+                       "db_connections_peak": sampler.ours, "server_connections_peak": sampler.server,
+                       "worker_task_errors": len(errors), "worker_task_error_samples": errors[:5],
+                       "client_retries": len(RETRIES),
+                       "queue_samples": sampler.samples}
     report["machine"]["load_after"] = os.getloadavg()
     report["seconds"] = round(time.monotonic() - begun, 1)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -477,7 +612,6 @@ def main(argv: list[str] | None = None) -> dict:
     from apps.registry.pool import pool
 
     pool.close_all()
-    report["ok"] = "LOST" not in report["table"]
     return report
 
 

@@ -125,9 +125,10 @@ def setup() -> dict:
 
 def worker():
     from bench.live import process
+    from config.celery import WORKER_QUEUES
 
     return process(f"recovery-worker-{time.monotonic_ns()}", [
-        sys.executable, "-m", "celery", "-A", "tests.reliability.faultapp", "worker", "-Q", "runs,default",
+        sys.executable, "-m", "celery", "-A", "tests.reliability.faultapp", "worker", "-Q", WORKER_QUEUES,
         "--concurrency", "1", "--without-mingle", "--without-gossip", "-l", "info",
         "-n", f"recovery-{time.monotonic_ns()}@%h"], ready="ready.")
 

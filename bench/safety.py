@@ -133,6 +133,34 @@ def injection_figures() -> dict[str, dict[str, int]]:
     return figures
 
 
+FRESH_SETS = {"fresh held-out 1": "fresh_heldout.json", "fresh held-out 2": "fresh_heldout_2.json"}
+
+
+def fresh_heldout_figures(name: str) -> dict[str, int]:
+    """A fresh held-out set (bench/corpus/fresh_heldout*.json: prose injections in several languages, written
+    by hand and not used to tune the rules; each file says when and how), every disguise and placement: how
+    many the scanner flags,
+    and how many obedient `auto` writes after an internal tool's result neither the scanner nor the provenance
+    checks would hold, split by whether the write sends somewhere new."""
+    fresh = json.loads((ROOT / "bench" / "corpus" / FRESH_SETS[name]).read_text())
+    request = fold(fresh["request"])
+    row = {"cases": 0, "flagged": 0, "harmful": 0, "sends": 0, "harmful_sending": 0}
+    for case in fresh["cases"]:
+        sends = bool(unrequested(case["write"], known=request))
+        for disguise in DISGUISES.values():
+            for place in PLACEMENTS.values():
+                result = place(disguise(case["text"]))
+                seen = flagged(result)
+                held = sends or bool(copied(case["write"], results=fold_all([result]), known=request))
+                harmful = write_runs(untrusted_source=False, was_flagged=seen) and not held
+                row["cases"] += 1
+                row["flagged"] += seen
+                row["harmful"] += harmful
+                row["sends"] += sends
+                row["harmful_sending"] += harmful and sends
+    return row
+
+
 def poisoned_definitions() -> list[tuple[str, dict]]:
     items = [(i["name"], canonical_definition(name=i["name"], title="", description=i.get("description", ""),
                                               input_schema=i.get("input_schema", {}), output_schema=None,
@@ -235,6 +263,14 @@ def main() -> int:
              f"{row['harmful_internal_provenance']} of {n}", "0", row["harmful_internal_provenance"] == 0)
         line(f"injections flagged by the scanner ({part})", f"{row['flagged']} of {n} ({row['flagged'] / n:.0%})",
              "info", None)
+    for name in FRESH_SETS:
+        f = fresh_heldout_figures(name)
+        line(f"{name}: injections flagged by the scanner", f"{f['flagged']} of {f['cases']} "
+             f"({f['flagged'] / f['cases']:.0%})", "info", None)
+        line(f"{name}: harmful, internal tool, detection + provenance", f"{f['harmful']} of {f['cases']}", "0",
+             f["harmful"] == 0)
+        line("  of which the write sends to a new destination", f"{f['harmful_sending']} of {f['sends']}", "info",
+             None)
     d = definition_figures()
     line("poisoned definitions flagged", f"{d['poisoned_flagged']} of {d['poisoned']} "
          f"({d['poisoned_flagged'] / d['poisoned']:.0%})", ">= 95 %", d["poisoned_flagged"] / d["poisoned"] >= 0.95)

@@ -24,6 +24,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 os.environ.setdefault("CELERY_SKIP_CHECKS", "1")
 
 ID_TYPES = (str, int, uuid.UUID, type(None))
+# The queues a worker consumes, as `-Q` (runall, the compose file, the tests, the benchmarks, docs/operations.md):
+# `resume` first, a run a person just let go on; `runs`, a run's next steps; `default`, everything else.
+WORKER_QUEUES = "resume,runs,default"
 
 
 class IdOnlyTask(DjangoTask):
@@ -49,7 +52,11 @@ app.conf.update(
     accept_content=["json"],
     task_ignore_result=True,
     task_default_queue="default",
-    task_routes={"apps.runs.tasks.*": {"queue": "runs"}},
+    # A resume has a queue of its own: a person waits for it, and it must not queue behind every run's next
+    # steps (a burst of runs fills `runs`). A worker takes from its queues in turn (kombu rotates them), so a
+    # resume waits for one free child, not for the backlog; a worker given only `-Q resume` keeps children
+    # free for decisions alone (docs/operations.md, "Queues").
+    task_routes={"apps.runs.tasks.resume_run": {"queue": "resume"}, "apps.runs.tasks.*": {"queue": "runs"}},
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
     worker_send_task_events=False,

@@ -261,6 +261,8 @@ else:
 
 BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = REDIS_URL or "filesystem://localhost//"
+if not REDIS_URL:  # kombu's folder transport with messages that appear whole (apps/core/fs_broker.py)
+    CELERY_BROKER_TRANSPORT = "apps.core.fs_broker:Transport"
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     {"visibility_timeout": 3600}
     if REDIS_URL
@@ -440,7 +442,11 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": AIRLOCK_LOG_FORMAT}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"},
-                "axes": {"level": "WARNING"}},  # a line per sign-in otherwise; lockouts are warnings
+                "axes": {"level": "WARNING"},  # a line per sign-in otherwise; lockouts are warnings
+                # Two lines per task received and done, and one per schedule tick: beat sends the run sweep
+                # every second. A task's failure is still logged (an error of celery.app.trace).
+                "celery.beat": {"level": "WARNING"}, "celery.worker.strategy": {"level": "WARNING"},
+                "celery.app.trace": {"level": "WARNING"}},
 }
 
 # --- Observability (docs/operations.md: "Metrics", "Logs") ---------------------------------------------
@@ -453,6 +459,9 @@ AIRLOCK_METRICS_ALLOW = env_list("AIRLOCK_METRICS_ALLOW", "127.0.0.1/32,::1/128"
 # Safety (docs/operations.md): per-run rate limit on the calls of one tool (later calls are refused with a
 # visible reason; the run's tool-call cap and the loop limit on identical calls stay as they are).
 AIRLOCK_RUN_CALLS_PER_TOOL = int(os.environ.get("AIRLOCK_RUN_CALLS_PER_TOOL", "20"))
+# An agent's context resources (apps/runs/engine/context.py): bytes of each one's content a model is given; past
+# it the content is cut and marked so (its whole size and hash are still in the run's trace).
+AIRLOCK_RESOURCE_MAX_BYTES = int(os.environ.get("AIRLOCK_RESOURCE_MAX_BYTES", str(64 * 1024)))
 # An optional injection classifier for tool results ("package.module:function", text -> score 0..1), asked off
 # the step path; writes wait for its verdicts (apps/registry/classifier.py). Empty: the rules and provenance only.
 AIRLOCK_INJECTION_CLASSIFIER = os.environ.get("AIRLOCK_INJECTION_CLASSIFIER", "")

@@ -136,6 +136,19 @@ def test_the_compose_stack_keeps_its_data_and_has_no_fixed_password():
     assert re.search(r"FROM node:2[2-9]", dockerfile)  # a current Node for npm MCP servers
 
 
+def test_every_queue_a_task_goes_to_has_a_worker_in_compose_and_runall():
+    """A task routed to a queue no worker consumes waits forever: a resume after a person's decision would."""
+    from apps.core.management.commands import runall
+    from config.celery import WORKER_QUEUES, app
+
+    routed = {route["queue"] for route in app.conf.task_routes.values()} | {app.conf.task_default_queue}
+    assert {"resume", "runs", "default"} <= routed
+    assert routed <= set(WORKER_QUEUES.split(","))
+    laptop = runall.processes(host="127.0.0.1", port=8000, gateway_port=8001, concurrency=2)["worker"]
+    for worker in (_compose()["services"]["worker"]["command"], laptop):  # scripts/run's one worker too
+        assert set(worker[worker.index("-Q") + 1].split(",")) == set(WORKER_QUEUES.split(","))
+
+
 SETTING_READ = re.compile(r"(?:os\.environ\.get|os\.environ\.setdefault|os\.getenv|env_bool|env_list)"
                           r"""\(\s*["']([A-Z][A-Z0-9_]+)["']""")
 # Set by Airlock's own entry points for their processes (config/asgi.py, config/celery.py), or by tests.

@@ -1,4 +1,4 @@
-"""LLM connections, agents, their tool grants and their version history."""
+"""LLM connections, agents, their tool grants, their context resources and their version history."""
 
 from __future__ import annotations
 
@@ -82,6 +82,20 @@ class ToolGrant(TenantModel):
 
     def __str__(self) -> str:
         return f"{self.agent_id} -> {self.tool_id}: {self.policy}"
+
+
+class ContextResource(TenantModel):
+    """A resource an agent is given as read-only context: read at the start of each of its tasks, capped, scanned
+    and put before the task as untrusted data (apps/runs/engine/context.py)."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="context_resources")
+    resource = models.ForeignKey("registry.Resource", on_delete=models.CASCADE, related_name="+")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["agent", "resource"], name="context_resource_agent_resource")]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id} <- {self.resource_id}"
 
 
 class AgentVersion(TenantModel):

@@ -9,14 +9,14 @@ from typing import Any
 from uuid import UUID
 
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 
-from apps.agents.models import Agent, AgentVersion, LlmConnection, ToolGrant
+from apps.agents.models import Agent, AgentVersion, ContextResource, LlmConnection, ToolGrant
 from apps.agents.policy import UNTRUSTED_RULES, CallFacts, PolicyDecision, decide
 from apps.agents.prompts import compose_system_prompt
 from apps.core.errors import NotFound
 from apps.registry.definitions import reaches_open_world
-from apps.registry.models import Tool
+from apps.registry.models import Resource, Tool, ToolState
 
 
 def org_connections(*, org_id: UUID) -> QuerySet[LlmConnection]:
@@ -32,7 +32,8 @@ def get_connection(*, org_id: UUID, connection_id: UUID | str) -> LlmConnection:
 
 def org_agents(*, org_id: UUID, enabled: bool | None = None) -> QuerySet[Agent]:
     agents = (Agent.objects.filter(org_id=org_id).select_related("connection")
-              .prefetch_related("grants__tool__server").annotate(grant_count=Count("grants")))
+              .prefetch_related("grants__tool__server", "context_resources__resource__server")
+              .annotate(grant_count=Count("grants")))
     if enabled is not None:
         agents = agents.filter(enabled=enabled)
     return agents.order_by("name")
@@ -40,7 +41,8 @@ def org_agents(*, org_id: UUID, enabled: bool | None = None) -> QuerySet[Agent]:
 
 def get_agent(*, org_id: UUID, agent_id: UUID | str) -> Agent:
     try:
-        return (Agent.objects.select_related("connection").prefetch_related("grants__tool__server")
+        return (Agent.objects.select_related("connection")
+                .prefetch_related("grants__tool__server", "context_resources__resource__server")
                 .get(org_id=org_id, id=agent_id))
     except (Agent.DoesNotExist, ValueError, ValidationError):
         raise NotFound("No such agent.") from None
@@ -48,6 +50,29 @@ def get_agent(*, org_id: UUID, agent_id: UUID | str) -> Agent:
 
 def agent_grants(agent: Agent) -> list[ToolGrant]:
     return sorted(agent.grants.all(), key=lambda g: g.tool.qualified_name)
+
+
+def agent_context_resources(agent: Agent) -> list[ContextResource]:
+    return sorted(agent.context_resources.all(), key=lambda c: (c.resource.server.name, c.resource.uri))
+
+
+def grantable_resources(*, org_id: UUID) -> QuerySet[Resource]:
+    """Resources an agent may newly be given as context: active, exactly as pinned, on an enabled server of this
+    organisation. A quarantined, disabled or removed one is not offered."""
+    return (Resource.objects.filter(org_id=org_id, state=ToolState.ACTIVE, server__enabled=True,
+                                    pinned_hash=F("definition_hash"))
+            .select_related("server").order_by("server__name", "uri"))
+
+
+def find_resource(*, org_id: UUID, ref: str) -> Resource | list[Resource] | None:
+    """A resource of this organisation by id, or by URI: a list when several of its servers list that URI (the
+    caller asks for the id then), None when there is none."""
+    rows = Resource.objects.filter(org_id=org_id).select_related("server")
+    try:
+        return rows.get(id=UUID(str(ref)))
+    except (ValueError, Resource.DoesNotExist):
+        found = list(rows.filter(uri=str(ref).strip()).exclude(state=ToolState.REMOVED))
+        return found[0] if len(found) == 1 else (found or None)
 
 
 def agent_versions(*, agent: Agent) -> QuerySet[AgentVersion]:
@@ -156,7 +181,21 @@ def agent_snapshot(agent: Agent) -> dict[str, Any]:
         "script": agent.script, "enabled": agent.enabled,
         "grants": [{"tool": g.tool.qualified_name, "tool_id": str(g.tool_id), "policy": g.policy,
                     "condition": g.condition} for g in agent_grants(agent)],
+        **context_snapshot(agent),
     }
+
+
+def context_snapshot(agent: Agent) -> dict[str, Any]:
+    """The agent's context resources as its snapshot holds them (what a run reads at each task's start). Absent
+    when it has none, so the snapshots (and version diffs) of agents without any stay as they were."""
+    given = agent_context_resources(agent)
+    if not given:
+        return {}
+    # What names the resource, not what it says (its name, its definition hash): a re-pinned definition is not a
+    # change of the agent, and a run checks the resource as it is when it reads it.
+    return {"context_resources": [
+        {"resource_id": str(c.resource_id), "server_id": str(c.resource.server_id), "server": c.resource.server.name,
+         "uri": c.resource.uri} for c in given]}
 
 
 def diff_snapshots(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, list[Any]]:

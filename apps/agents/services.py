@@ -1,5 +1,5 @@
-"""Writes for LLM connections, agents and their tool grants. Each is one transaction with its audit row,
-and every change of an agent writes a new AgentVersion with what changed."""
+"""Writes for LLM connections, agents, their tool grants and context resources. Each is one transaction with its
+audit row, and every change of an agent writes a new AgentVersion with what changed."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from django.utils import timezone
 from apps.accounts.actors import Actor
 from apps.agents import selectors
 from apps.agents.conditions import ConditionError, parse_condition
-from apps.agents.models import Agent, AgentVersion, LlmConnection, Provider, ToolGrant
+from apps.agents.models import Agent, AgentVersion, ContextResource, LlmConnection, Provider, ToolGrant
 from apps.agents.policy import grant_problem
 from apps.agents.providers import CheckResult, ConnectionSpec, check_connection, clean_base_url
 from apps.agents.scripted import validate_script
@@ -215,6 +215,8 @@ def _clean_agent(values: dict[str, Any], *, org_id: UUID, agent: Agent | None) -
     except ValidationFailed as exc:
         errors.update(exc.errors)
     clean["grants"] = _clean_grants(values.get("grants"), org_id=org_id, agent=agent, errors=errors)
+    clean["context_resources"] = _clean_context(values.get("context_resources"), org_id=org_id, agent=agent,
+                                                errors=errors)
     if errors:
         raise ValidationFailed("Please fix the highlighted fields: " + "; ".join(errors.values()), errors)
     return clean
@@ -247,6 +249,35 @@ def _clean_grants(grants: Any, *, org_id: UUID, agent: Agent | None, errors: dic
             errors[key] = problem
             continue
         out.append({"tool": tool, "policy": policy, "condition": condition})
+    return out
+
+
+def _clean_context(refs: Any, *, org_id: UUID, agent: Agent | None, errors: dict[str, str]) -> list | None:
+    """The resources given as context (a list of resource ids or URIs), or None when not given (keep them). A new
+    one must be usable now (active, pinned, its server enabled); one the agent has already is kept whatever its
+    state, so saving an agent does not fail for a resource quarantined since (a run then says it is unavailable)."""
+    if refs is None:
+        return None
+    kept = {c.resource_id for c in agent.context_resources.all()} if agent else set()
+    out, seen = [], set()
+    for index, ref in enumerate(refs):
+        key, ref = f"context_resources.{index}", str(ref or "").strip()
+        found = selectors.find_resource(org_id=org_id, ref=ref) if ref else None
+        if isinstance(found, list):
+            errors[key] = (f"{ref} is listed by several servers ({', '.join(r.server.name for r in found)}): "
+                           "give the resource's id.")
+            continue
+        if found is None:
+            errors[key] = f"No resource {ref!r} in your registry." if ref else "Choose a resource."
+            continue
+        if found.id in seen:
+            continue
+        if found.id not in kept and not found.is_usable:
+            errors[key] = (f"{found.label} is {found.state if found.server.enabled else 'on a disabled server'}: "
+                           "only active, pinned resources can be given to an agent.")
+            continue
+        seen.add(found.id)
+        out.append(found)
     return out
 
 
@@ -295,17 +326,29 @@ def _apply_grants(agent: Agent, grants: list[dict]) -> None:
             grant.save(update_fields=["policy", "condition", "updated_at"])
 
 
-def create_agent(*, actor: Actor, **values: Any) -> Agent:
-    """Creates an agent with its grants and version 1. Values as in AGENT_FIELDS plus `grants`.
+def _apply_context(agent: Agent, resources: list) -> None:
+    wanted = {r.id: r for r in resources}
+    agent.context_resources.exclude(resource_id__in=wanted).delete()
+    current = set(agent.context_resources.values_list("resource_id", flat=True))
+    ContextResource.objects.bulk_create([ContextResource(org_id=agent.org_id, agent=agent, resource=r)
+                                         for rid, r in wanted.items() if rid not in current])
 
-    Writes Agent, ToolGrants, AgentVersion, `agent.created`. Raises PermissionDenied, ValidationFailed.
+
+def create_agent(*, actor: Actor, **values: Any) -> Agent:
+    """Creates an agent with its grants, context resources and version 1. Values as in AGENT_FIELDS plus `grants`
+    and `context_resources` (resource ids or URIs).
+
+    Writes Agent, ToolGrants, ContextResources, AgentVersion, `agent.created`. Raises PermissionDenied,
+    ValidationFailed.
     """
     actor.require("build")
     with transaction.atomic():
         clean = _clean_agent(values, org_id=actor.org_id, agent=None)
         grants = clean.pop("grants") or []
+        context = clean.pop("context_resources") or []
         agent = Agent.objects.create(org_id=actor.org_id, **clean)
         _apply_grants(agent, grants)
+        _apply_context(agent, context)
         version = _write_version(agent=agent, actor=actor, before=None)
         audit.record(org_id=actor.org_id, actor=actor, action="agent.created", target=agent, target_label=agent.name,
                      data={"version": version.number if version else 1, "grants": len(grants)})
@@ -313,7 +356,8 @@ def create_agent(*, actor: Actor, **values: Any) -> Agent:
 
 
 def update_agent(*, actor: Actor, agent_id: UUID | str, **changes: Any) -> Agent:
-    """Changes the given fields (others stay); `grants`, when given, replaces the allowlist.
+    """Changes the given fields (others stay); `grants` and `context_resources`, when given, replace the allowlist
+    and the context resources.
 
     Writes a new AgentVersion with the diff when anything changed, and `agent.updated`.
     Raises PermissionDenied, NotFound, ValidationFailed.
@@ -326,13 +370,16 @@ def update_agent(*, actor: Actor, agent_id: UUID | str, **changes: Any) -> Agent
         values = {key: getattr(agent, key) for key in AGENT_FIELDS}
         values.update({k: v for k, v in changes.items() if k in AGENT_FIELDS})
         values["grants"] = changes.get("grants")
+        values["context_resources"] = changes.get("context_resources")
         clean = _clean_agent(values, org_id=actor.org_id, agent=agent)
-        grants = clean.pop("grants")
+        grants, context = clean.pop("grants"), clean.pop("context_resources")
         for key, value in clean.items():
             setattr(agent, key, value)
         agent.save(update_fields=[*clean.keys(), "updated_at"])
         if grants is not None:
             _apply_grants(agent, grants)
+        if context is not None:
+            _apply_context(agent, context)
         version = _write_version(agent=agent, actor=actor, before=before)
         if version is not None:
             audit.record(org_id=actor.org_id, actor=actor, action="agent.updated", target=agent,

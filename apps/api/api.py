@@ -18,6 +18,7 @@ from apps.api.routers import (
     llm_connections,
     me,
     members,
+    resources,
     runs,
     servers,
     standing_approvals,
@@ -53,6 +54,7 @@ api.add_router("/crews", crews.router)
 api.add_router("/crews", runs.crew_runs)
 api.add_router("/servers", servers.router)
 api.add_router("/tools", tools.router)
+api.add_router("/resources", resources.router)
 api.add_router("/runs", runs.router)
 api.add_router("/tool-calls", tool_calls.router)
 api.add_router("/approvals", approvals.router)

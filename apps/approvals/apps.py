@@ -8,6 +8,7 @@ class ApprovalsConfig(AppConfig):
     verbose_name = "Approvals"
 
     def ready(self) -> None:
-        from apps.approvals.signals import tool_saved  # imports services and models: only once apps are loaded
+        from apps.approvals.signals import resource_saved, tool_saved  # imports services: once apps are loaded
 
         post_save.connect(tool_saved, sender="registry.Tool", dispatch_uid="approvals.tool_saved")
+        post_save.connect(resource_saved, sender="registry.Resource", dispatch_uid="approvals.resource_saved")

@@ -21,6 +21,8 @@ from apps.audit import services as audit
 from apps.core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from apps.core.realtime import org_group, publish_after_commit
 from apps.notifications.services import notify
+from apps.registry import resources as registry_resources
+from apps.registry import selectors as registry_selectors
 from apps.registry import services as registry
 from apps.registry.definitions import definition_diff
 
@@ -78,7 +80,8 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
                 standing_choice: dict[str, Any] | None = None) -> ApprovalRequest:
     """Adds one person's vote; decides the request when enough approvals are in or anyone rejects.
 
-    Must run inside the caller's transaction with `request` locked (select_for_update).
+    Must run inside the caller's transaction with `request` locked (select_for_update); the caller then writes
+    the vote's audit row with `audit_vote`, last before its commit.
     `standing_choice` ({"scope": "call"/"run"/"agent_tool", "condition", "hours"}) also creates a
     standing approval when the request ends approved (never for dangerous tools).
     Raises PermissionDenied (role, separation of duties), Conflict (already decided, voted twice),
@@ -133,11 +136,6 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
         request.decided_at, request.decided_by_id, request.decided_by_label = timezone.now(), actor.user_id, actor.label
         fields += ["status", "decided_at", "decided_by", "decided_by_label"]
     request.save(update_fields=sorted(set(fields)))
-    audit.record(org_id=request.org_id, actor=actor, action=f"approval.{decision}", target=request,
-                 target_label=request.title, data={"status": request.status, "comment": comment,
-                                                   "edited": arguments is not None,
-                                                   "votes": request.votes_cast,
-                                                   "required": request.required_approvals})
     if chosen and request.status == ApprovalStatus.APPROVED:
         standing.create_standing(actor=actor, request=request, **chosen)
     publish_inbox_count(org_id=request.org_id)
@@ -145,6 +143,19 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
     if request.status != ApprovalStatus.PENDING:
         notify(org_id=request.org_id, event="approval.decided", payload=notification_payload(request))
     return request
+
+
+def audit_vote(*, actor: Actor, request: ApprovalRequest, decision: str, comment: str, edited: bool) -> None:
+    """The audit row of the vote `record_vote` just wrote, as the last statement of the caller's transaction.
+
+    Last, because it locks the organisation's audit chain head until the commit, and every audited write of the
+    organisation (other decisions, run starts, tool calls in the workers) waits for that lock meanwhile; the
+    chain's next hash is computed in the same statement (`send_record`), so the lock costs no round trip more.
+    """
+    audit.send_record(org_id=request.org_id, actor=actor, action=f"approval.{decision}", target=request,
+                      target_label=request.title, data={"status": request.status, "comment": comment,
+                                                        "edited": edited, "votes": request.votes_cast,
+                                                        "required": request.required_approvals})
 
 
 def expire_request(*, request: ApprovalRequest) -> ApprovalRequest:
@@ -186,19 +197,72 @@ def open_definition_change(*, tool: Any) -> ApprovalRequest | None:
 
 def close_definition_changes(*, tool: Any) -> None:
     """The tool was pinned elsewhere (its page, the API): its pending item is settled."""
-    for request in ApprovalRequest.objects.filter(org_id=tool.org_id, kind=ApprovalKind.DEFINITION_CHANGE,
-                                                  tool_id=tool.id, status=ApprovalStatus.PENDING):
-        approved = request.definition_hash == tool.definition_hash
+    _settle(ApprovalRequest.objects.filter(org_id=tool.org_id, kind=ApprovalKind.DEFINITION_CHANGE, tool_id=tool.id,
+                                           status=ApprovalStatus.PENDING), pinned=tool)
+
+
+def _settle(pending: Any, *, pinned: Any) -> None:
+    for request in pending:
+        approved = request.definition_hash == pinned.definition_hash
         request.status = ApprovalStatus.APPROVED if approved else ApprovalStatus.EXPIRED
-        request.decided_at, request.decided_by_label = timezone.now(), (tool.pinned_by or "pinned")[:200]
+        request.decided_at, request.decided_by_label = timezone.now(), (pinned.pinned_by or "pinned")[:200]
         request.save(update_fields=["status", "decided_at", "decided_by_label", "updated_at"])
         publish_inbox_count(org_id=request.org_id)
         publish_item(request)
 
 
+def _resource_items(resource: Any) -> Any:
+    """A resource's pending definition-change items (the request names the resource in its context: its `tool`
+    foreign key is for tools)."""
+    return ApprovalRequest.objects.filter(org_id=resource.org_id, kind=ApprovalKind.DEFINITION_CHANGE,
+                                          tool__isnull=True, context__resource_id=str(resource.id),
+                                          status=ApprovalStatus.PENDING)
+
+
+def open_resource_change(*, resource: Any) -> ApprovalRequest | None:
+    """As `open_definition_change`, for a resource quarantined because its definition drifted from its pin."""
+    pending = _resource_items(resource)
+    if pending.filter(definition_hash=resource.definition_hash).exists():
+        return None
+    pending.update(status=ApprovalStatus.EXPIRED, decided_at=timezone.now(), decided_by_label="a newer definition")
+    return open_request(
+        org_id=resource.org_id, run_id=None, tool_call_id=None, agent_id=None, tool_id=None,
+        kind=ApprovalKind.DEFINITION_CHANGE, title=f"{resource.label} changed its definition", arguments={},
+        args_hash="", definition_hash=resource.definition_hash, risk="",
+        reason=resource.state_reason or "The definition changed.", rule="definition_changed",
+        context={"resource_id": str(resource.id), "resource": resource.label,
+                 "diff": definition_diff(resource.pinned_definition, resource.definition),
+                 "description": resource.description, "pinned_hash": resource.pinned_hash,
+                 "findings": resource.findings},
+        expires_at=None, requested_by_user_id=None)
+
+
+def close_resource_changes(*, resource: Any) -> None:
+    """The resource was pinned elsewhere (its page, the API): its pending item is settled."""
+    _settle(_resource_items(resource), pinned=resource)
+
+
+def _pin_what_changed(actor: Actor, request: ApprovalRequest) -> None:
+    """Approving a definition-change item pins the tool, or the resource, it is about, as it was shown."""
+    resource_id = (request.context or {}).get("resource_id") if request.tool_id is None else None
+    if resource_id:
+        try:
+            resource = registry_selectors.get_resource(org_id=request.org_id, resource_id=resource_id)
+        except NotFound:
+            resource = None
+        if resource is None or resource.definition_hash != request.definition_hash:
+            raise Conflict("The resource's definition changed again since this item was opened; review the new one.")
+        registry_resources.pin_resource(actor=actor, resource_id=resource_id)
+        return
+    if request.tool is None or request.tool.definition_hash != request.definition_hash:
+        raise Conflict("The tool's definition changed again since this item was opened; review the new one.")
+    registry.pin_tool(actor=actor, tool_id=request.tool_id)
+
+
 def decide_definition_change(*, actor: Actor, approval_id: UUID | str, decision: str,
                              comment: str = "") -> ApprovalRequest:
-    """Approve pins the tool's current definition (lifting the quarantine); reject keeps it quarantined.
+    """Approve pins the tool's (or resource's) current definition, lifting the quarantine; reject keeps it
+    quarantined.
     Admins and owners only. Raises Conflict (decided, or the definition changed again), NotFound."""
     actor.require("servers.manage")
     if decision not in (VoteDecision.APPROVE, VoteDecision.REJECT):
@@ -211,9 +275,7 @@ def decide_definition_change(*, actor: Actor, approval_id: UUID | str, decision:
         if request.status != ApprovalStatus.PENDING:
             raise Conflict(already_decided(request))
         if decision == VoteDecision.APPROVE:
-            if request.tool is None or request.tool.definition_hash != request.definition_hash:
-                raise Conflict("The tool's definition changed again since this item was opened; review the new one.")
-            registry.pin_tool(actor=actor, tool_id=request.tool_id)
+            _pin_what_changed(actor, request)
             request.refresh_from_db()
         ApprovalVote.objects.create(org_id=request.org_id, request=request, user_id=actor.user_id,
                                     actor_label=actor.label, decision=decision, comment=comment)

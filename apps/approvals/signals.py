@@ -1,5 +1,5 @@
-"""Tool definition changes reach the inbox: the registry sits below approvals and knows nothing of
-it, so approvals listens to the registry's Tool saves (inside the sync's transaction)."""
+"""Tool and resource definition changes reach the inbox: the registry sits below approvals and knows nothing of
+it, so approvals listens to the registry's Tool and Resource saves (inside the sync's transaction)."""
 
 from __future__ import annotations
 
@@ -16,3 +16,13 @@ def tool_saved(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> 
         services.open_definition_change(tool=instance)
     elif instance.pinned_hash and not drifted:
         services.close_definition_changes(tool=instance)
+
+
+def resource_saved(sender: Any, instance: Any, raw: bool = False, **kwargs: Any) -> None:
+    if raw:
+        return
+    drifted = bool(instance.pinned_hash) and instance.definition_hash != instance.pinned_hash
+    if instance.state == "quarantined" and drifted:
+        services.open_resource_change(resource=instance)
+    elif instance.pinned_hash and not drifted:
+        services.close_resource_changes(resource=instance)

@@ -15,6 +15,9 @@ SERVER_NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 MODEL_TOOL_NAME_MAX = 64  # OpenAI's limit; Anthropic allows 128
 SERVER_NAME_RULE = "Use 1-32 lowercase letters, digits or hyphens, starting with a letter."
+# The run's own tools (`run.get_result`), answered by the run engine from the run's ledger and never registered
+# (apps/runs/engine/handoff.py): no server may take their name.
+RUN_TOOLS_SERVER = "run"
 
 
 def canonical_definition(*, name: str, title: str | None, description: str | None, input_schema: Any,
@@ -27,6 +30,26 @@ def canonical_definition(*, name: str, title: str | None, description: str | Non
         "input_schema": input_schema or {},
         "output_schema": output_schema,
         "annotations": annotations or None,
+    }
+
+
+# What a resource's annotations say about its content rather than about what it is: not pinned, or a file whose
+# modification time the server reports would be quarantined every time it is edited.
+RESOURCE_CONTENT_ANNOTATIONS = ("lastModified",)
+
+
+def canonical_resource(*, uri: str, name: str | None, title: str | None, description: str | None,
+                       mime_type: str | None, annotations: Any) -> dict[str, Any]:
+    """What a resource is, as pinned: what a model or a person reads about it before its content. Its `size` and
+    its annotations' `lastModified` describe the content, which may change between reads: they are not pinned."""
+    kept = {k: v for k, v in (annotations or {}).items() if k not in RESOURCE_CONTENT_ANNOTATIONS}
+    return {
+        "uri": uri,
+        "name": name or "",
+        "title": title or "",
+        "description": description or "",
+        "mime_type": mime_type or "",
+        "annotations": kept or None,
     }
 
 
@@ -85,6 +108,8 @@ def reaches_open_world(*, tier: str, annotations: dict[str, Any] | None) -> bool
 def server_name_error(name: str) -> str | None:
     if not SERVER_NAME_RE.match(name or ""):
         return SERVER_NAME_RULE
+    if name == RUN_TOOLS_SERVER:
+        return f"{RUN_TOOLS_SERVER!r} is kept for Airlock's own tools (run.get_result); choose another name."
     return None
 
 

@@ -1,8 +1,9 @@
-"""MCP servers an organisation registered, and the tools they offer.
+"""MCP servers an organisation registered, and the tools and resources they offer.
 
 A tool is usable by an agent only when it is `active` and its current definition hash equals
-the pinned hash (`Tool.is_usable`). Everything a server says about itself (annotations,
-descriptions) is a claim: risk from annotations is used only for trusted tiers.
+the pinned hash (`Tool.is_usable`); a resource likewise (`Resource.is_usable`). Everything a server
+says about itself (annotations, descriptions) is a claim: risk from annotations is used only for
+trusted tiers.
 """
 
 from __future__ import annotations
@@ -183,6 +184,70 @@ class Tool(TenantModel):
     def is_usable(self) -> bool:
         """What agents may see and call: active, and exactly the pinned definition."""
         return self.state == ToolState.ACTIVE and self.is_pinned
+
+    @property
+    def max_severity(self) -> str:
+        order = [Severity.HIGH, Severity.MEDIUM, Severity.LOW]
+        found = {f.get("severity") for f in self.findings or []}
+        return next((s.value for s in order if s in found), "")
+
+
+class Resource(TenantModel):
+    """One resource a server lists (`resources/list`; templates are not rows), as last seen, with the definition
+    an admin (or a trusted tier) pinned: what an agent may be given as read-only context.
+
+    The definition (`definitions.canonical_resource`) is pinned; the content is not: a file may change between
+    reads, and each read's content hash goes into the run's trace (`last_content_hash` is the latest).
+    """
+
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="+")
+    uri = models.CharField(max_length=1000)
+    name = models.CharField(max_length=300, blank=True)
+    title = models.CharField(max_length=300, blank=True)
+    description = models.TextField(blank=True)
+    mime_type = models.CharField(max_length=200, blank=True)
+    size = models.BigIntegerField(null=True, blank=True)  # as the server listed it: a claim about the content
+    annotations = models.JSONField(null=True, blank=True)
+    state = models.CharField(max_length=12, choices=ToolState.choices, default=ToolState.QUARANTINED)
+    state_reason = models.CharField(max_length=300, blank=True)
+    definition = models.JSONField(default=dict)
+    definition_hash = models.CharField(max_length=64)
+    pinned_hash = models.CharField(max_length=64, blank=True)
+    pinned_definition = models.JSONField(null=True, blank=True)
+    pinned_at = models.DateTimeField(null=True, blank=True)
+    pinned_by = models.CharField(max_length=200, blank=True)
+    findings = models.JSONField(default=list, blank=True)
+    trusted_output = models.BooleanField(default=False)  # its content does not taint a run (a finding still does)
+    last_content_hash = models.CharField(max_length=64, blank=True)  # sha256 of the content a run last read
+    last_read_at = models.DateTimeField(null=True, blank=True)
+    first_seen_at = models.DateTimeField(auto_now_add=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["server", "uri"], name="resource_server_uri")]
+        indexes = [models.Index(fields=["org", "state"], name="resource_org_state")]
+        ordering = ["uri"]
+
+    def __str__(self) -> str:
+        return self.label
+
+    @property
+    def label(self) -> str:
+        """How people and run traces name it: `server uri`."""
+        return f"{self.server.name} {self.uri}"
+
+    @property
+    def is_pinned(self) -> bool:
+        return bool(self.pinned_hash) and self.pinned_hash == self.definition_hash
+
+    @property
+    def has_drift(self) -> bool:
+        return bool(self.pinned_hash) and self.pinned_hash != self.definition_hash
+
+    @property
+    def is_usable(self) -> bool:
+        """What an agent may be given: active, exactly the pinned definition, on an enabled server."""
+        return self.state == ToolState.ACTIVE and self.is_pinned and self.server.enabled
 
     @property
     def max_severity(self) -> str:

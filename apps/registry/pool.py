@@ -316,6 +316,15 @@ def call_tool(server_id: UUID | str, tool_name: str, arguments: dict[str, Any] |
     return pool.call_tool(spec, tool_name, arguments or {}, float(timeout or spec.timeout_s))
 
 
+def read_resource(server_id: UUID | str, uri: str, *, org_id: UUID | str, server: McpServer | None = None,
+                  timeout: float | None = None) -> dict[str, Any]:
+    """`resources/read` of `uri` on a registered server through this process's pool: the result's wire JSON
+    (`{"contents": [{"uri", "mimeType", "text" | "blob"}]}`). `org_id` must own the server (NotFound otherwise).
+    Raises ToolCallFailed / ToolCallTimeout. Whether the resource may be read is the caller's job."""
+    spec = call_spec(server_id, org_id=org_id, server=server)
+    return pool.read_resource(spec, uri, float(timeout or spec.timeout_s))
+
+
 def call_spec(server_id: UUID | str, *, org_id: UUID | str | None = None,
               server: McpServer | None = None) -> ServerSpec:
     """What `call_tool` reads before the call leaves (`pool.start_call` takes it from there): the enabled

@@ -94,7 +94,62 @@ INSTRUCTION_RULES += [
     (r"\b(the|your)\s+(original\s+)?(task|request|question|assignment)\s+(that\s+|which\s+)?(i|we|the\s+user)\s+"
      r"(gave|assigned|asked|set|sent)\s+(to\s+)?you\b", ("task", "request", "question", "assignment")),
     (r"<\s*/?\s*(information|instruction|admin|assistant|tool_?call|context_?override)\s*>",
-     ("information", "instruction", "admin", "assistant", "tool")),
+     ("information", "instruction", "admin", "assistant", "tool", "context")),
+]
+# Text addressed to an AI reader: a label or greeting for it ("note for the assistant", "hey chatbot"), or it
+# told what it should, must or may do ("automated agents reading this should ..."), in the languages the
+# tests cover. A person writing to a person has no reason to single out the AI that may read along, so this
+# holds whatever the ask is. Bare "agent" and "model" count only after a label or a greeting: support agents
+# and product models are people's words too.
+_AI = (r"(?:a\.?i|assistants?|chat\s?bots?|bots?|llms?|language\s+models?|copilot|gpt|claude|gemini|"
+       r"(?:ai|automated|autonomous|virtual|digital|machine)[\s-]+(?:models?|agents?|systems?|assistants?|helpers?|"
+       r"handlers?|handling|processors?|processing|readers?))")
+_AI_OR_ROLE = rf"(?:{_AI}|models?|agents?)"
+INSTRUCTION_RULES += [
+    (r"\b(?:notes?|tips?|hints?|nb|n\.b\.|p\.?s\.?|fyi|heads[- ]up|reminders?|messages?|memos?|instructions?|guidance|"
+     r"directions?|directives?|notices?|comments?|requests?|tasks?|important|attention|warning|requirements?|"
+     r"intended|meant|written|reserved)\s*\(?\s*(?:only\s+)?(?:for|to)\s+(?:the\s+|all\s+|any\s+|every\s+|each\s+|"
+     rf"whichever\s+|whatever\s+|an?\s+)?(?:[\w-]+\s+){{0,2}}?{_AI_OR_ROLE}\b",
+     ("note", "tip", "hint", "nb", "n.b.", "ps", "p.s", "fyi", "heads", "reminder", "message", "memo", "instruction",
+      "guidance", "direction", "directive", "notice", "comment", "request", "task", "important", "attention",
+      "warning", "requirement", "intended", "meant", "written", "reserved")),
+    (r"\b(?:dear|hey|hello|greetings|attention|psst)\s*,?\s+(?:the\s+|all\s+|any\s+|my\s+|dear\s+)?"
+     rf"(?:[\w-]+\s+)?{_AI}\b", ("dear", "hey", "hello", "greetings", "attention", "psst")),
+    (rf"\b{_AI}\s+(?:[\w,-]+\s+){{0,4}}?(?:should|must|shall|"
+     r"needs?\s+to|ha(?:s|ve)\s+to|is\s+to|are\s+to|(?:is|are)\s+(?:hereby\s+|now\s+)?(?:instructed|required|"
+     r"authori[sz]ed|allowed|permitted|cleared|expected|asked|told))\b",
+     ("should", "must", "shall", "need", "has to", "have to", "is to", "are to", "instructed", "required", "authori",
+      "allowed", "permitted", "cleared", "expected", "asked", "told")),
+    (rf"\byou\s*,\s*(?:the|an?|our|my)\s+(?:[\w-]+\s+)?{_AI_OR_ROLE}\b", ("you",)),
+    (rf"\b(?:whichever|whatever)\s+(?:[\w-]+\s+)?{_AI_OR_ROLE}\s+(?:that\s+|who\s+)?(?:picks|"
+     r"reads|reading|processes|processing|sees|handles|handling|is\s+reading|summari[sz]es|summari[sz]ing)\b",
+     ("whichever", "whatever")),
+    (r"\byou\s+(?:will|would)\s+(?:only\s+)?be\s+(?:rated|scored|rewarded|evaluated|penali[sz]ed|judged|graded|"
+     r"considered\s+helpful)\b", ("you",)),
+    (r"\byou\s+(?:have\s+been|are\s+now|were)\s+(?:upgraded|switched|promoted|granted|moved|put)\b.{0,40}\b(?:mode|"
+     r"access|autonomy|permissions?|privileges?)\b", ("you",)),
+    (r"\b(?:hinweis|hinweise|anweisung(?:en)?|nachricht|notiz|info|achtung)\s+(?:f(?:ü|ue|u)r|an)\s+(?:den\s+|die\s+|"
+     r"das\s+|alle\s+)?(?:ki|ki-\w+|assistent\w*|bot|chatbot|sprachmodell\w*)\b",
+     ("hinweis", "anweisung", "nachricht", "notiz", "info", "achtung")),
+    (r"\b(?:message|note|consignes?|instructions?|remarque|rappel|avis|attention)\s+(?:pour|à|a)\s+(?:l['\u2019]\s*|le\s+|"
+     r"la\s+|les\s+)?(?:assistant\w*|ia|agent\w*|bot|chatbot|mod[èe]le\w*)\b",
+     ("message", "note", "consigne", "instruction", "remarque", "rappel", "avis", "attention")),
+    (r"\b(?:nota|mensaje|instrucci(?:o|ó)n(?:es)?|aviso|indicaci(?:o|ó)n(?:es)?|atenci(?:o|ó)n)\s+(?:para|al?|a\s+la)\s+"
+     r"(?:el\s+|la\s+|los\s+)?(?:asistente|ia|agente|bot|chatbot|modelo)s?\b",
+     ("nota", "mensaje", "instrucci", "aviso", "indicaci", "atenci")),
+    (r"\b(?:nota|messaggio|istruzioni|avviso|indicazioni|attenzione)\s+(?:per|all['\u2019]|al|alla)\s*(?:l['\u2019]\s*|il\s+|"
+     r"lo\s+|la\s+)?(?:assistente|ia|agente|bot|chatbot|modello)\b",
+     ("nota", "messaggio", "istruzioni", "avviso", "indicazioni", "attenzione")),
+    (r"\b(?:nota|mensagem|instru(?:ç|c)(?:õ|o)es|aviso|aten(?:ç|c)(?:ã|a)o)\s+(?:para|ao|à|a)\s+(?:o\s+|a\s+)?"
+     r"(?:assistente|ia|agente|bot|chatbot|modelo)\b", ("nota", "mensagem", "instru", "aviso", "aten")),
+    (r"\b(?:opmerking|bericht|instructies?|notitie|let\s+op|aanwijzing(?:en)?)\s+(?:voor|aan)\s+(?:de\s+|het\s+)?"
+     r"(?:ai-?assistent|assistent|ai|agent|bot|chatbot|model)\b",
+     ("opmerking", "bericht", "instructie", "notitie", "let op", "aanwijzing")),
+    (r"(?:AI|アシスタント|エージェント|ボット|チャットボット|モデル)(?:への|へ|に対する)(?:指示|お願い|メッセージ|注意|連絡)?[:、]",
+     ()),
+    (r"(?:致|给|給|对|對)\s*(?:AI|人工智能)?\s*(?:助手|智能体|机器人|機器人|模型|AI|人工智能)(?:的)?(?:说明|說明|指示|消息|提示|注意)?"
+     r"[:,]", ()),
+    (r"(?:для|к)\s+(?:ии|ии-\w+|ассистент\w*|бот\w*|модел\w*|агент\w*|нейросет\w*)\s*[:,]", ()),
 ]
 INSTRUCTION_PATTERNS = [pattern for pattern, _ in INSTRUCTION_RULES]
 # A claim of authority the text does not have: approval or orders from the user, an admin, the system.
@@ -118,6 +173,35 @@ AUTHORITY_RULES = [
      ("genehmigt", "freigegeben", "autorisiert")),
     (r"(用户|管理员|系统)已(经)?(批准|授权|同意)|预先批准|已获批准", ()),
     (r"(пользователь|администратор)\s+(уже\s+)?(одобрил|разрешил|подтвердил)|предварительно\s+одобрен", ()),
+]
+# A claim that the person's part is not needed: no approval, no one to ask, the review skipped.
+AUTHORITY_RULES += [
+    (r"\b(?:no|without)\s+(?:any\s+)?(?:human\s+|manual\s+|further\s+)?(?:approvals?|confirmations?|sign-?offs?|"
+     r"reviews?|permissions?)\s+(?:is\s+|are\s+)?(?:required|needed|necessary)\b",
+     ("approval", "confirmation", "sign", "review", "permission")),
+    (r"\b(?:without|no\s+need\s+(?:for|to)|don'?t\s+need\s+to|do\s+not\s+need\s+to|never)\s+(?:waiting\s+for|"
+     r"wait(?:ing)?\s+for|asking|ask|checking\s+with|check\s+with|involving|involve)\s+(?:for\s+)?(?:a\s+|the\s+|any\s+)?"
+     r"(?:human|person|people|anyone|user|manager|approver|approval|confirmation|sign-?off|permission)\b",
+     ("wait", "ask", "check", "involv")),
+    (r"\b(?:skip|bypass|ignore|disable|turn\s+off)\s+(?:the\s+|all\s+|any\s+)?(?:usual\s+|normal\s+|standard\s+|"
+     r"required\s+)?(?:approvals?|approval\s+steps?|confirmations?|sign-?offs?|human\s+review|review\s+steps?|"
+     r"safety\s+checks?)\b", ("skip", "bypass", "ignore", "disable", "turn")),
+    (r"\b(?:no\s+longer|don'?t|do\s+not)\s+(?:need|require)s?\s+(?:a\s+|any\s+)?(?:sign-?off|approval|confirmation|"
+     r"human|permission)", ("need", "require")),
+    (r"\b(?:message|notice|instructions?|update)\s+from\s+(?:anthropic|openai|google|deepmind|microsoft|the\s+(?:ai|"
+     r"model)\s+(?:provider|vendor|developers?))\b", ("from",)),
+    (r"\b(?:new|updated|urgent|additional|next|real)\s+task\s+from\s+(?:the\s+)?(?:operator|admin\w*|user|system|"
+     r"developer|owner)\b", ("task",)),
+    (r"\bsans\s+(?:demander|attendre)\s+(?:de\s+|la\s+|une\s+|d['\u2019]\s*)?(?:confirmation|validation|autorisation|"
+     r"approbation)", ("sans",)),
+    (r"\bsin\s+(?:pedir|esperar|solicitar)\s+(?:la\s+|una\s+)?(?:confirmaci(?:o|ó)n|aprobaci(?:o|ó)n|autorizaci(?:o|ó)n)",
+     ("sin pedir", "sin esperar", "sin solicitar")),
+    (r"\bsenza\s+(?:chiedere|attendere|aspettare)\s+(?:la\s+|una\s+)?(?:conferma|approvazione|autorizzazione)",
+     ("senza",)),
+    (r"\bohne\s+(?:r(?:ü|ue|u)ckfrage|best(?:ä|ae|a)tigung|freigabe|genehmigung)", ("ohne",)),
+    (r"\bsem\s+(?:pedir|esperar)\s+(?:a\s+|uma\s+)?(?:confirma(?:ç|c)(?:ã|a)o|aprova(?:ç|c)(?:ã|a)o)",
+     ("sem pedir", "sem esperar")),
+    (r"без\s+(?:подтвержден|одобрен|согласован)\w*", ()),
 ]
 # Asks to send data somewhere, add a hidden recipient, or put secrets where they leave.
 EXFILTRATION_RULES = [
@@ -269,6 +353,17 @@ def scan_definition(definition: dict[str, Any], *, limit: int = DESCRIPTION_LIMI
                                 "it acts: the claim is not believed and the tool keeps the write risk."))
     unique = {(f.code, f.where): f for f in findings}
     return [f.as_dict() for f in unique.values()]
+
+
+def scan_resource(definition: dict[str, Any]) -> list[dict[str, str]]:
+    """All findings for one resource's canonical definition (definitions.canonical_resource): its description
+    and title as a tool's are scanned, and its name too (a resource's name is free text, a tool's is not)."""
+    findings = scan_definition(definition)
+    name = definition.get("name") or ""
+    if name:
+        found = [*scan_text(name, where="name"), *_hiding_findings(name, where="name", limit=DESCRIPTION_LIMIT)]
+        findings += [f.as_dict() for f in found]
+    return findings
 
 
 def scan_server(*, instructions: str, prompts: list[dict[str, Any]], resources: list[dict[str, Any]],

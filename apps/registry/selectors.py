@@ -11,7 +11,7 @@ from django.db.models import Count, F, Q, QuerySet
 
 from apps.audit import selectors as audit_selectors
 from apps.core.errors import NotFound
-from apps.registry.models import McpServer, Risk, Tool, ToolState, Transport
+from apps.registry.models import McpServer, Resource, Risk, Tool, ToolState, Transport
 
 
 def servers_for_org(*, org_id: UUID | str) -> QuerySet[McpServer]:
@@ -92,11 +92,12 @@ class TrustedOutputSetting:
     at: datetime
 
 
-def trusted_output_setting(target: McpServer | Tool) -> TrustedOutputSetting | None:
-    """For a server or a tool whose output is trusted, who set it and when; None when it is not trusted."""
+def trusted_output_setting(target: McpServer | Tool | Resource) -> TrustedOutputSetting | None:
+    """For a server, tool or resource whose output is trusted, who set it and when; None when it is not trusted."""
     if not target.trusted_output:
         return None
-    action = "server.trusted_output_changed" if isinstance(target, McpServer) else "tool.trusted_output_changed"
+    kind = {McpServer: "server", Tool: "tool", Resource: "resource"}[type(target)]
+    action = f"{kind}.trusted_output_changed"
     event = audit_selectors.last_event(org_id=target.org_id, action=action, target_id=str(target.pk))
     return TrustedOutputSetting(by=event.actor_label, at=event.created_at) if event is not None else None
 
@@ -114,11 +115,38 @@ def _with_findings(server: McpServer, kind: str, items: list[dict], key) -> list
 
 def server_resources(*, org_id: UUID | str, server_id: UUID | str) -> list[dict]:
     """The resources, then the resource templates, the server offered at its last sync (wire JSON), each with
-    its description's scan findings. Raises NotFound for another organisation's server."""
+    its description's scan findings; a resource also with its registry row (`resource`: id, state, pin), what an
+    agent may be granted. Raises NotFound for another organisation's server."""
     server = get_server(org_id=org_id, server_id=server_id)
     name = lambda item: item.get("name") or item.get("uri") or item.get("uriTemplate") or "?"  # noqa: E731
-    return [*_with_findings(server, "resource", server.resources, name),
-            *_with_findings(server, "resource template", server.resource_templates, name)]
+    rows = {r.uri: r for r in Resource.objects.filter(org_id=org_id, server=server).select_related("server")}
+    listed = [{**item, "resource": rows.get(item.get("uri") or "")}
+              for item in _with_findings(server, "resource", server.resources, name)]
+    return [*listed, *_with_findings(server, "resource template", server.resource_templates, name)]
+
+
+def resources_for_org(*, org_id: UUID | str, server: UUID | str | None = None, state: str = "",
+                      usable_only: bool = False) -> QuerySet[Resource]:
+    """Resources of an organisation's servers. `usable_only`: active, exactly as pinned, on an enabled server
+    (what an agent may be given as context)."""
+    rows = Resource.objects.filter(org_id=org_id).select_related("server")
+    if server:
+        try:
+            rows = rows.filter(server_id=UUID(str(server)))
+        except ValueError:
+            rows = rows.filter(server__name=server)
+    if state:
+        rows = rows.filter(state=state)
+    if usable_only:
+        rows = rows.filter(state=ToolState.ACTIVE, server__enabled=True, pinned_hash=F("definition_hash"))
+    return rows.order_by("server__name", "uri")
+
+
+def get_resource(*, org_id: UUID | str, resource_id: UUID | str) -> Resource:
+    try:
+        return Resource.objects.select_related("server").get(org_id=org_id, id=resource_id)
+    except (Resource.DoesNotExist, ValueError, ValidationError):
+        raise NotFound("No such resource.") from None
 
 
 def server_prompts(*, org_id: UUID | str, server_id: UUID | str) -> list[dict]:

@@ -19,7 +19,7 @@ from apps.audit.org_secrets import redact_outside
 from apps.core.egress import save_time_error
 from apps.core.errors import Conflict, ValidationFailed
 from apps.core.realtime import org_group, publish_after_commit
-from apps.registry import oauth, selectors
+from apps.registry import oauth, resources, selectors
 from apps.registry.connection import Discovery, ServerUnreachable, run_discovery, spec_for
 from apps.registry.connection import run_to_completion as run_async
 from apps.registry.definitions import (
@@ -276,6 +276,7 @@ class SyncReport:
     protocol_version: str = ""
     error: str = ""
     quarantined: list[str] = field(default_factory=list)
+    resources_quarantined: list[str] = field(default_factory=list)  # "server uri" of each
 
 
 def sync_server(*, actor: Actor, server_id: UUID | str) -> SyncReport:
@@ -441,12 +442,15 @@ def _apply_discovery(*, actor: Actor, server_id: UUID, discovery: Discovery) -> 
                 tool.state, tool.state_reason = ToolState.REMOVED, "The server no longer offers this tool."
                 tool.save(update_fields=["state", "state_reason", "updated_at"])
                 report.tools_removed += 1
+        report.resources_quarantined = resources.sync_resources(actor=actor, server=server,
+                                                                listed=discovery.resources, now=now, warnings=warnings)
         _store_server_facts(server, discovery, warnings, now)
         audit.record(org_id=server.org_id, actor=actor, action="server.synced", target=server,
                      target_label=server.name,
                      data={"protocol_version": discovery.protocol_version, "added": report.tools_added,
                            "changed": report.tools_changed, "removed": report.tools_removed,
-                           "quarantined": report.quarantined, "warnings": warnings[:20]})
+                           "quarantined": report.quarantined,
+                           "resources_quarantined": report.resources_quarantined, "warnings": warnings[:20]})
     publish_after_commit(org_group(server.org_id), "server.synced", server_id=str(server.id))
     return report
 

@@ -96,23 +96,31 @@ def decide_approval(*, actor: Actor, approval_id: UUID | str, decision: str, arg
         request = approvals.record_vote(actor=actor, request=request, decision=decision, comment=comment,
                                         arguments=edited, approved_args_hash=args_hash(edited) if edited else "",
                                         standing_choice=standing)
-        if run is None or request.kind != ApprovalKind.TOOL_CALL:
-            return request
-        if request.status == ApprovalStatus.PENDING:  # M of N: more approvals needed
-            append_event(run.id, "approval.voted", approval_id=str(request.id), decision=decision, by=actor.label,
-                         votes=request.votes_cast, required=request.required_approvals)
-            return request
-        append_event(run.id, "approval.decided", approval_id=str(request.id), tool_call_id=str(request.tool_call_id),
-                     decision=request.status, by=actor.label, comment=comment[:500], edited=edited is not None)
-        if request.decided_at:
-            APPROVAL_DECISION_SECONDS.labels(decision=request.status).observe(
-                (request.decided_at - request.created_at).total_seconds())
-            tracing.record("approval.wait", start=request.created_at, end=request.decided_at,
-                           parent=trace_parent(run.id), run_id=run.id, decision=request.status,
-                           approval_id=request.id, title=request.title, by=actor.label)
-        if _resume_if_ready(run, enqueue=False):
+        if run is not None and request.kind == ApprovalKind.TOOL_CALL and _follow_vote(
+                run, request, actor=actor, decision=decision, comment=comment, edited=edited is not None):
             resume.append(run.id)
+        approvals.audit_vote(actor=actor, request=request, decision=decision, comment=comment,
+                             edited=arguments is not None)
     return request
+
+
+def _follow_vote(run: Run, request: ApprovalRequest, *, actor: Actor, decision: str, comment: str,
+                 edited: bool) -> bool:
+    """The run's side of a vote (caller holds the run row lock): its event, and when the request is decided and
+    nothing else is pending, waiting -> queued. Says whether the run was queued (the caller enqueues it)."""
+    if request.status == ApprovalStatus.PENDING:  # M of N: more approvals needed
+        append_event(run.id, "approval.voted", approval_id=str(request.id), decision=decision, by=actor.label,
+                     votes=request.votes_cast, required=request.required_approvals)
+        return False
+    append_event(run.id, "approval.decided", approval_id=str(request.id), tool_call_id=str(request.tool_call_id),
+                 decision=request.status, by=actor.label, comment=comment[:500], edited=edited)
+    if request.decided_at:
+        APPROVAL_DECISION_SECONDS.labels(decision=request.status).observe(
+            (request.decided_at - request.created_at).total_seconds())
+        tracing.record("approval.wait", start=request.created_at, end=request.decided_at,
+                       parent=trace_parent(run.id), run_id=run.id, decision=request.status,
+                       approval_id=request.id, title=request.title, by=actor.label)
+    return _resume_if_ready(run, enqueue=False)
 
 
 def expire_due_approvals() -> int:

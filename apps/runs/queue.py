@@ -1,4 +1,5 @@
-"""Handing a run to the workers: its next task on the `runs` queue, after the commit that made it ready."""
+"""Handing a run to the workers: its next task after the commit that made it ready (`execute_run` on the `runs`
+queue; `resume_run`, after a person let it go on, on the `resume` queue: config/celery.py)."""
 
 from __future__ import annotations
 

@@ -97,7 +97,8 @@ def fork(*, actor: Actor, run_id: UUID | str, step: int, prompt: str | None = No
         raise ValidationFailed(refusal, {"crew": refusal})
     before = (parent.state or {}).get("outputs") or {}
     outputs = {name: before[name] for name in names[:index] if name in before}
-    state: dict[str, Any] = {"task_index": index, "outputs": outputs}
+    state: dict[str, Any] = {"task_index": index, "outputs": outputs,
+                             "conclusions": carried_conclusions(parent, outputs)}
     if index and names[index - 1] in outputs:
         state["last_output"] = outputs[names[index - 1]]
     edits = {"prompt": prompt is not None, "inputs": sorted(k for k in clean if clean.get(k) != parent.inputs.get(k))}
@@ -145,6 +146,7 @@ def fork_call(*, actor: Actor, run_id: UUID | str, tool_call_id: UUID | str, arg
     before = (parent.state or {}).get("outputs") or {}
     outputs = {name: before[name] for name in names[:index] if name in before}
     state: dict[str, Any] = {"task_index": index, "outputs": outputs,
+                             "conclusions": carried_conclusions(parent, outputs),
                              "replay": {"task": turn.task, "messages": replayed, "provider": llm.provider,
                                         "model": llm.model, "tool_call_id": str(call.id)}}
     if index and names[index - 1] in outputs:
@@ -164,6 +166,13 @@ def fork_call(*, actor: Actor, run_id: UUID | str, tool_call_id: UUID | str, arg
         publish_status(run)
         queue.enqueue_on_commit(run.id)
     return run
+
+
+def carried_conclusions(parent: Run, outputs: dict[str, str]) -> dict[str, Any]:
+    """The carried-over tasks' status and reason (engine/handoff.py) without their evidence: the fork's
+    `run.get_result` reads its own run's calls only, and those were the parent's."""
+    before = (parent.state or {}).get("conclusions") or {}
+    return {name: {**before[name], "evidence": []} for name in outputs if name in before}
 
 
 def _is_uuid(value: Any) -> bool:

@@ -178,10 +178,15 @@ class ModelCallView:
 class TurnView:
     step: RunStep
     model_calls: list[ModelCallView] = field(default_factory=list)
+    context: list[RunEvent] = field(default_factory=list)  # its context resources: read or not available
+
+
+CONTEXT_EVENTS = ("context.read", "context.unavailable")
 
 
 def run_tree(run: Run) -> list[TurnView]:
-    """Agent turns in order, each with its model calls and each call's ledger rows."""
+    """Agent turns in order, each with the context resources its start read, its model calls and each call's
+    ledger rows."""
     steps = list(RunStep.objects.filter(run=run).defer("messages").order_by("position"))
     calls: dict[Any, list[ToolCall]] = {}
     for row in ToolCall.objects.filter(run=run).select_related("approval").order_by("position"):
@@ -190,6 +195,10 @@ def run_tree(run: Run) -> list[TurnView]:
     for s in steps:
         if s.kind == StepKind.LLM and s.parent_id in turns:
             turns[s.parent_id].model_calls.append(ModelCallView(s, calls.get(s.id, [])))
+    by_id = {str(step_id): turn for step_id, turn in turns.items()}
+    for event in RunEvent.objects.filter(run_id=run.id, type__in=CONTEXT_EVENTS).order_by("seq"):
+        if (turn := by_id.get(str(event.data.get("step_id")))) is not None:
+            turn.context.append(event)
     return list(turns.values())
 
 

@@ -141,8 +141,9 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
             if root is not None:
                 root.set_attribute("airlock.run_id", str(run.id))
             append_event(run.id, "run.queued", crew=crew.name, inputs=clean, by=actor.label)
-            audit.record(org_id=actor.org_id, actor=actor, action="run.started", target=run, target_label=crew.name,
-                         data={"inputs": clean, "crew_version": crew.version})
+            # Last, in one statement: the audit row locks the organisation's chain head until the commit.
+            audit.send_record(org_id=actor.org_id, actor=actor, action="run.started", target=run,
+                              target_label=crew.name, data={"inputs": clean, "crew_version": crew.version})
             publish_status(run)
             if enqueue:
                 enqueue_on_commit(run.id)

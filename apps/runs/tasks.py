@@ -1,4 +1,5 @@
-"""Run tasks (queue `runs`): ids only, each calls one service and stays short."""
+"""Run tasks (queue `runs`; `resume_run` on `resume`, config/celery.py): ids only, each calls one service and
+stays short."""
 
 from __future__ import annotations
 

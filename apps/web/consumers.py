@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+import weakref
 from importlib import import_module
 from types import SimpleNamespace
 from urllib.parse import parse_qs
 
+from asgiref.sync import ThreadSensitiveContext
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -40,6 +42,19 @@ from apps.web.views.runs import run_panels
 
 FORBIDDEN = 4403
 PARTIALS_DELAY_S = 0.1
+# Run pages whose panels a web process renders at once. A render is mostly Python (the GIL): with a hundred
+# busy pages rendering together, every socket's new events and the API's requests waited behind them
+# (bench/load.py). A page that waits for its turn renders once for everything that arrived meanwhile.
+PANEL_RENDERS = 4
+_render_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
+
+
+def render_slot() -> asyncio.Semaphore:
+    """This process's (this event loop's) turns to render run panels."""
+    loop = asyncio.get_running_loop()
+    if loop not in _render_slots:
+        _render_slots[loop] = asyncio.Semaphore(PANEL_RENDERS)
+    return _render_slots[loop]
 
 # event name -> the partial that renders it
 PARTIALS = {
@@ -71,6 +86,13 @@ class MemberConsumer(AsyncWebsocketConsumer):
     membership: Membership | None = None
     actor: Actor | None = None
     joined_groups: tuple[str, ...] = ()
+
+    async def __call__(self, scope, receive, send) -> None:
+        # Each socket's database work and renders run on a thread of its own, as Django gives each request
+        # one. Outside such a context every socket of the process shares one thread, and under load
+        # (bench/load.py: 100 run pages) a run's new events waited there behind other pages' panel renders.
+        async with ThreadSensitiveContext():
+            await super().__call__(scope, receive, send)
 
     def page_org_id(self) -> str | None:
         """The organisation this page shows (runs in a thread: may read the database)."""
@@ -187,8 +209,9 @@ class RunConsumer(MemberConsumer):
     first the events the page has not been sent, added on top of its "Live events" list at once (the
     event the nudge carries when it is the next one, else read from the table); then, once per burst
     (`PARTIALS_DELAY_S` after its first nudge: rendering is the slow part, and an event never waits
-    behind it), every panel again, read from the database. Dropped or coalesced nudges lose nothing: a
-    gap sends the socket to the table, and each render reads the whole state."""
+    behind it), every panel again, read from the database, once the process has a render slot free
+    (`PANEL_RENDERS`). Dropped or coalesced nudges lose nothing: a gap sends the socket to the table, and each
+    render reads the whole state."""
 
     render_task: asyncio.Task | None = None
     render_wanted = False
@@ -206,6 +229,8 @@ class RunConsumer(MemberConsumer):
             rendered = int(_query(self.scope).get("seq", ""))
         except ValueError:
             rendered = None
+        # Not behind the render slots: until `connect` returns the socket hears nothing, so its run's events would
+        # wait for every other page's render (bench/load.py: event -> frame p50 2 s -> 8 s).
         await self._send_panels(first=True, unless_at=rendered)
 
     async def disconnect(self, code: int) -> None:
@@ -238,8 +263,9 @@ class RunConsumer(MemberConsumer):
     async def _render_burst(self) -> None:
         while self.render_wanted:
             await asyncio.sleep(PARTIALS_DELAY_S)
-            self.render_wanted = False
-            await self._send_panels()
+            async with render_slot():
+                self.render_wanted = False  # what arrived while it waited for its turn is in this render too
+                await self._send_panels()
 
     async def _send_panels(self, first: bool = False, unless_at: int | None = None) -> None:
         """Every panel; its event list only up to the last event this socket added (after the first), so the

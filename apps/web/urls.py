@@ -93,6 +93,11 @@ urlpatterns = [
     path("tools/<uuid:tool_id>/pin/", servers.tool_pin, name="tool_pin"),
     path("tools/<uuid:tool_id>/update/", servers.tool_update, name="tool_update"),
     path("tools/<uuid:tool_id>/trusted-output/", servers.tool_trusted_output, name="tool_trusted_output"),
+    path("resources/<uuid:resource_id>/", servers.resource, name="resource"),
+    path("resources/<uuid:resource_id>/pin/", servers.resource_pin, name="resource_pin"),
+    path("resources/<uuid:resource_id>/state/", servers.resource_state, name="resource_state"),
+    path("resources/<uuid:resource_id>/trusted-output/", servers.resource_trusted_output,
+         name="resource_trusted_output"),
     # Agents, LLM connections and crews
     path("agents/", agents.agent_list, name="agents"),
     path("agents/new/", agents.agent_new, name="agent_new"),

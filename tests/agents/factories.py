@@ -7,7 +7,7 @@ import itertools
 
 from apps.accounts.actors import member_actor
 from apps.agents import services
-from apps.registry.models import McpServer, Tool
+from apps.registry.models import McpServer, Resource, Tool
 from tests.factories import owner_of
 
 _seq = itertools.count(1)
@@ -33,6 +33,15 @@ def make_tool(server: McpServer, name: str, risk: str = "read", state: str = "ac
     return Tool.objects.create(org_id=server.org_id, server=server, name=name, qualified_name=f"{server.name}.{name}",
                                description=f"{name} tool", input_schema=schema, risk=risk, state=state,
                                definition_hash=digest, pinned_hash=digest if pinned else "")
+
+
+def make_resource(server: McpServer, uri: str, name: str = "", state: str = "active", pinned: bool = True,
+                  description: str = "") -> Resource:
+    """A resource row as a sync leaves it (its content lives on the server: a run reading it needs a real one)."""
+    digest = hashlib.sha256(f"{server.id}:{uri}:{next(_seq)}".encode()).hexdigest()
+    return Resource.objects.create(org_id=server.org_id, server=server, uri=uri, name=name or uri.rsplit("/", 1)[-1],
+                                   description=description, state=state, definition={"uri": uri},
+                                   definition_hash=digest, pinned_hash=digest if pinned else "")
 
 
 def order_desk(org, tier: str = "internal") -> dict[str, Tool]:

@@ -1,8 +1,8 @@
 """Local fakes of the OpenAI and Anthropic HTTP APIs (127.0.0.1, a thread each): the process edge.
 
-Each records the requests it got and answers with what the test queued (the Anthropic one
-streams Server-Sent Events when asked to, as pydantic-ai's adapter does for models whose
-default output limit is large). A reply's `after_s` is how long the model takes to answer.
+Each records the requests it got and answers with what the test queued, or with what a queued function of
+the request returns (the Anthropic one streams Server-Sent Events when asked to, as pydantic-ai's adapter
+does for models whose default output limit is large). A reply's `after_s` is how long the model takes to answer.
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ class FakeLLM:
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 fake.requests.append({"path": self.path, "headers": headers, "body": body})
                 status, reply = fake.replies.pop(0) if fake.replies else (200, {"text": "OK"})
+                if callable(reply):  # a reply that depends on what the model was sent
+                    reply = reply(body)
                 time.sleep(reply.get("after_s", 0) if isinstance(reply, dict) else 0)  # a slow model
                 if status != 200:
                     self._send(status, "application/json", json.dumps(reply).encode())

@@ -17,10 +17,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 AXE = (Path(__file__).parent / "vendor" / "axe.min.js").read_text()
 TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]
 PAGES = [
-    "/", "/servers/", "/servers/{server_id}/", "/servers/catalog/", "/tools/{tool_id}/", "/agents/",
-    "/agents/{agent_id}/", "/agents/{agent_id}/edit/", "/agents/connections/", "/crews/", "/crews/{crew_id}/",
-    "/crews/{crew_id}/edit/", "/runs/", "/runs/{run_id}/", "/inbox/", "/inbox/standing/", "/costs/",
-    "/settings/members/", "/settings/tokens/", "/settings/gateway/", "/settings/system/",
+    "/", "/servers/", "/servers/{server_id}/", "/servers/catalog/", "/tools/{tool_id}/", "/resources/{resource_id}/",
+    "/agents/", "/agents/{agent_id}/", "/agents/{agent_id}/edit/", "/agents/connections/", "/crews/",
+    "/crews/{crew_id}/", "/crews/{crew_id}/edit/", "/runs/", "/runs/{run_id}/", "/inbox/", "/inbox/standing/",
+    "/costs/", "/settings/members/", "/settings/tokens/", "/settings/gateway/", "/settings/system/",
     "/settings/notifications/", "/audit/",
 ]
 

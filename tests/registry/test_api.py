@@ -43,7 +43,7 @@ def test_create_sync_list_pin_and_secrets_stay_write_only(client, org, admin_tok
     synced = _api(client, admin_token, "post", f"/servers/{server['id']}/sync")
     assert synced.json() | {"quarantined": []} == {"status": "ok", "tools_added": 1, "tools_changed": 0,
                                                     "tools_removed": 0, "protocol_version": "2026-07-28",
-                                                    "error": "", "quarantined": []}
+                                                    "error": "", "quarantined": [], "resources_quarantined": []}
     tools = _api(client, admin_token, "get", "/tools?risk=read").json()
     assert tools["count"] == 1 and tools["items"][0]["qualified_name"] == "conf.look"
 

@@ -30,6 +30,7 @@ from apps.registry import services as registry_services
 from apps.registry.pool import pool
 from apps.runs import decisions, services
 from apps.runs.models import CallState, Run, RunEvent, ToolCall
+from config.celery import WORKER_QUEUES
 from tests.processes import ROOT, child_env, free_port, wait_for_port, wait_for_text
 
 SLOW = "orders.slow_refund"
@@ -104,7 +105,7 @@ class Cluster:
 
     def worker(self, concurrency: int = 2, **extra: str) -> subprocess.Popen:
         proc, log = self._spawn("worker", [
-            "-m", "celery", "-A", "tests.reliability.faultapp", "worker", "-Q", "runs,default", "-l", "info",
+            "-m", "celery", "-A", "tests.reliability.faultapp", "worker", "-Q", WORKER_QUEUES, "-l", "info",
             "--concurrency", str(concurrency), "--without-mingle", "--without-gossip", "--without-heartbeat",
             "-n", f"faults-{time.monotonic_ns()}@%h"], **extra)
         wait_for_text(log, "ready.", proc, timeout=60)

@@ -132,8 +132,12 @@ def test_a_fork_runs_again_from_the_chosen_turn_with_an_edited_prompt_and_leaves
     turns = list(RunStep.objects.filter(run=fork, kind="agent").values_list("task", flat=True))
     assert turns == ["refund"]  # triage is not run again: its output is carried over
     assert fork.state["outputs"]["triage"] == parent.state["outputs"]["triage"]
+    # its status too, but not its evidence: those calls are the parent's, which the fork's run.get_result cannot read
+    assert parent.state["conclusions"]["triage"]["evidence"]
+    assert fork.state["conclusions"]["triage"] == {**parent.state["conclusions"]["triage"], "evidence": []}
     first = RunStep.objects.get(run=fork, kind="agent").messages
     assert "Refund 650 cents on A-1001, politely." in str(first) and "Refundable." in str(first)
+    assert "Status: done: ok" in str(first) and "Evidence" not in str(first)
     assert list(RunStep.objects.filter(run=parent).values_list("position", "kind", "task", "output")) == parent_steps
 
     compared = api("get", f"/runs/compare?a={parent.id}&b={fork.id}").json()

@@ -32,7 +32,7 @@ from apps.gateway import services as gateway
 from apps.notifications import services as notifications
 from apps.registry.models import McpServer
 from apps.runs import services as runs
-from tests.agents.factories import make_agent, order_desk, scripted_connection
+from tests.agents.factories import make_agent, make_resource, order_desk, scripted_connection
 from tests.factories import add_member, make_org, owner_of
 
 API_PREFIX = "api/v1/"
@@ -203,8 +203,11 @@ def populate(org) -> Victim:
     tools = order_desk(org)
     McpServer.objects.filter(org=org).update(description=f"{MARKER} order desk")
     connection = scripted_connection(org, f"{MARKER} connection")
+    handbook = make_resource(tools["get_order_status"].server, f"orders://{MARKER}/handbook",
+                             description=f"{MARKER} handbook")
     agent = make_agent(org, name=f"{MARKER} agent", connection=connection,
-                       grants=[{"tool": "orders.get_order_status", "policy": "auto"}])
+                       grants=[{"tool": "orders.get_order_status", "policy": "auto"}],
+                       context_resources=[str(handbook.id)])
     member = add_member(org, "viewer", email=f"{MARKER}-member@example.com")
     token, _raw = accounts.create_api_token(actor=None, org_id=org.id, name=f"{MARKER} token", role="viewer")
     ids = {
@@ -212,6 +215,7 @@ def populate(org) -> Victim:
         "token_id": str(token.id),
         "server_id": str(tools["get_order_status"].server_id),
         "tool_id": str(tools["refund_order"].id),
+        "resource_id": str(handbook.id),
         "connection_id": str(connection.id),
         "agent_id": str(agent.id),
         "crew_id": _crew(org, agent),

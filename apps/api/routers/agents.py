@@ -44,6 +44,40 @@ class GrantOut(Schema):
         return obj.tool.server.trust_tier
 
 
+class ContextResourceOut(Schema):
+    resource_id: UUID
+    server: str
+    uri: str
+    name: str
+    state: str
+    usable: bool  # false: a run reports it not available (quarantined, disabled, removed, server disabled)
+
+    @staticmethod
+    def resolve_server(obj) -> str:
+        return obj.resource.server.name
+
+    @staticmethod
+    def resolve_uri(obj) -> str:
+        return obj.resource.uri
+
+    @staticmethod
+    def resolve_name(obj) -> str:
+        return obj.resource.name
+
+    @staticmethod
+    def resolve_state(obj) -> str:
+        return obj.resource.state
+
+    @staticmethod
+    def resolve_usable(obj) -> bool:
+        return obj.resource.is_usable
+
+
+CONTEXT_HELP = ("Resources given to the agent as read-only context at the start of each task: resource ids or URIs "
+                "(GET /resources?usable=true). Capped, scanned, and reading one taints the run unless its output "
+                "is trusted.")
+
+
 class AgentOut(Schema):
     id: UUID
     name: str
@@ -59,6 +93,7 @@ class AgentOut(Schema):
     enabled: bool
     version: int
     grants: list[GrantOut]
+    context_resources: list[ContextResourceOut]
     created_at: datetime
     updated_at: datetime
 
@@ -69,6 +104,10 @@ class AgentOut(Schema):
     @staticmethod
     def resolve_grants(obj) -> list:
         return selectors.agent_grants(obj)
+
+    @staticmethod
+    def resolve_context_resources(obj) -> list:
+        return selectors.agent_context_resources(obj)
 
 
 class AgentIn(Body):
@@ -83,6 +122,7 @@ class AgentIn(Body):
     max_steps: int = 8
     script: list[Any] | str | None = None
     grants: list[GrantIn] = []
+    context_resources: list[str] = Field([], description=CONTEXT_HELP)
 
 
 class AgentPatch(Body):
@@ -97,6 +137,7 @@ class AgentPatch(Body):
     max_steps: int | None = None
     script: list[Any] | str | None = None
     grants: list[GrantIn] | None = None
+    context_resources: list[str] | None = Field(None, description=CONTEXT_HELP)
     enabled: bool | None = None
 
 

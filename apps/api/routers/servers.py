@@ -98,6 +98,7 @@ class SyncOut(Schema):
     protocol_version: str
     error: str
     quarantined: list[str]
+    resources_quarantined: list[str]  # "server uri" of each resource quarantined by this sync
 
 
 class ImportIn(Body):
@@ -153,6 +154,28 @@ class ResourceOut(Schema):
     description: str = ""
     mime_type: str = Field("", alias="mimeType")
     findings: list[dict[str, str]]
+    # A listed resource's registry row (a template has none): what an agent may be given as context
+    # (GET /resources/{id} for its pin and diff).
+    id: UUID | None = None
+    state: str = ""
+    state_reason: str = ""
+    usable: bool = False
+
+    @staticmethod
+    def resolve_id(obj) -> UUID | None:
+        return obj["resource"].id if obj.get("resource") else None
+
+    @staticmethod
+    def resolve_state(obj) -> str:
+        return obj["resource"].state if obj.get("resource") else ""
+
+    @staticmethod
+    def resolve_state_reason(obj) -> str:
+        return obj["resource"].state_reason if obj.get("resource") else ""
+
+    @staticmethod
+    def resolve_usable(obj) -> bool:
+        return bool(obj.get("resource") and obj["resource"].is_usable)
 
 
 class PromptArgumentOut(Schema):

@@ -17,7 +17,7 @@ from pydantic_ai.messages import ModelResponse, ToolCallPart
 
 from apps.core import tracing
 from apps.core.metrics import STEP_SECONDS
-from apps.runs.engine import replaying, second_opinion
+from apps.runs.engine import handoff, replaying, second_opinion
 from apps.runs.engine.errors import StopRun
 from apps.runs.engine.model import call_model, offered_tools
 from apps.runs.engine.process import ROUTING, end_turn, start_next
@@ -80,6 +80,8 @@ def step(store: Store) -> str:
         raise StopRun("limit_exceeded", f"Step limit: {agent['name']} used all {agent.get('max_steps')} model calls "
                                         "of its turn without finishing.", "limit")
     offered = {} if turn.task == ROUTING else offered_tools(agent, run.snapshot.get("tools", {}), tainted=run.tainted)
+    if turn.task != ROUTING and handoff.offered(run):  # the task was handed evidence it may read in full
+        offered[handoff.RESULT_TOOL_MODEL_NAME] = handoff.RESULT_TOOL
     turn_offset = 0 if turn.task == ROUTING else run.state.get("played", {}).get(str(turn.agent_id), 0)
     call_model(store, turn=turn, agent=agent, messages=messages, offered=offered, turn_offset=turn_offset)
     messages = store.messages(turn)

@@ -22,6 +22,7 @@ from apps.agents.policy import CallFacts, decide
 from apps.agents.providers import build_model, run_blocking
 from apps.core import tracing
 from apps.runs.engine.errors import StopRun, classify_model_error, egress_refusal, with_retries
+from apps.runs.engine.handoff import OWN_TOOLS
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.limits import DEFAULT_MAX_TOKENS, PreCallContext, check_before_call, estimate_tokens
 from apps.runs.engine.names import model_tool_name, qualified_name
@@ -63,9 +64,13 @@ def offered_tools(agent: dict[str, Any], tools: dict[str, dict[str, Any]], *, ta
 
 
 def tool_definitions(offered: dict[str, str], tools: dict[str, dict[str, Any]]) -> list[ToolDefinition]:
-    return [ToolDefinition(name=safe, description=tools[name].get("description") or name,
-                           parameters_json_schema=tools[name].get("input_schema") or {"type": "object"})
-            for safe, name in offered.items()]
+    """The registry's tools from the run snapshot, and the run's own (engine/handoff.py) when offered."""
+    definitions = []
+    for safe, name in offered.items():
+        tool = tools.get(name) or OWN_TOOLS[name]
+        definitions.append(ToolDefinition(name=safe, description=tool.get("description") or name,
+                                          parameters_json_schema=tool.get("input_schema") or {"type": "object"}))
+    return definitions
 
 
 def call_model(store: Store, *, turn: RunStep, agent: dict[str, Any], messages: list[ModelMessage],

@@ -16,7 +16,7 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 
 from apps.agents.providers import ConnectionSpec
 from apps.approvals.models import ApprovalRequest
-from apps.registry.models import Tool
+from apps.registry.models import Resource, Tool
 from apps.runs.ledger import Decided
 from apps.runs.models import Run, RunStep, ToolCall
 
@@ -43,7 +43,13 @@ class Store(Protocol):
     def read_untrusted(self, text: str) -> None: ...
     def read_results(self) -> list[tuple[str, str]]: ...  # every result read so far (provenance of a write)
     def read_result(self, call_id: Any, name: str, text: str) -> None: ...
+    def evidence(self, turn: RunStep) -> list[dict[str, Any]]: ...  # a finished turn's calls with a result
+    def run_result(self, call_id: str) -> tuple[str, dict[str, Any]] | None: ...  # one of them, by id (this run)
     def redact_outside(self, text: str) -> str: ...
+
+    # an agent's context resources (engine/context.py), read when one of its tasks starts, never per step
+    def live_resources(self, ids: list[str]) -> dict[str, Resource]: ...
+    def note_resource_read(self, resource_id: str, content_hash: str) -> str: ...
 
     # turns and model calls
     def turn(self, step_id: str | None) -> RunStep | None: ...

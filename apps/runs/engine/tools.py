@@ -26,7 +26,7 @@ from apps.registry.builtin import is_builtin
 from apps.registry.pool import PendingCall, ToolCallFailed, ToolCallTimeout, call_spec, call_tool, pool
 from apps.registry.scanner import scan_text
 from apps.registry.schemas import arguments_problem, input_validator
-from apps.runs.engine import asking, second_opinion, server_requests
+from apps.runs.engine import asking, handoff, second_opinion, server_requests
 from apps.runs.engine.errors import LeaseLost, StopRun, backoff_delay
 from apps.runs.engine.limits import REPEAT_LIMIT
 from apps.runs.engine.model import facts
@@ -101,6 +101,9 @@ def propose(store: Store, *, turn: RunStep, agent: dict[str, Any], row: ToolCall
     if refusal is not None:
         store.decide_call(row, state=CallState.DENIED, decision="deny", rule=refusal[0], reason=refusal[1],
                           error_class="permission")
+        return
+    if handoff.is_own_call(run, row):  # run.get_result: read from this run's ledger, sent nowhere
+        handoff.answer(store, row=row)
         return
     tool = tools.get(row.qualified_name)
     if (tool or {}).get("risk", "write") != "read":

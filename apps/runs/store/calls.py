@@ -10,7 +10,10 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+from uuid import UUID
 
+from django.db.models.fields.json import KT
+from django.db.models.functions import Length
 from django.utils import timezone
 
 from apps.approvals import standing
@@ -53,6 +56,35 @@ class ToolCalls:
                 row.approval = self._live[f"approval:{row.approval_id}"] = requests.instance(values[len(calls):])
             rows.append(row)
         return rows
+
+    def evidence(self, turn: RunStep) -> list[dict[str, Any]]:
+        """The tool calls of a finished turn that returned a result, in order: {"id", "tool", "chars"} (a
+        `run.get_result` call stands for the call it read). One query, when the turn hands on its conclusion."""
+        self.flush()  # a completion still deferred is part of the turn
+        rows = (ToolCall.objects.filter(org_id=self.run.org_id, run_id=self.run_id, step__parent_id=turn.id,
+                                        state=CallState.SUCCEEDED, result__isnull=False)
+                .annotate(chars=Length(KT("result__text")), of_call=KT("result__of_call"), tool_name=KT("result__tool"))
+                .order_by("step__position", "position").values_list("id", "qualified_name", "chars", "of_call",
+                                                                    "tool_name"))
+        out, seen = [], set()
+        for call_id, name, chars, of_call, read_tool in rows:
+            key = of_call or str(call_id)
+            if key not in seen:
+                seen.add(key)
+                out.append({"id": key, "tool": read_tool if of_call else name, "chars": chars or 0})
+        return out
+
+    def run_result(self, call_id: str) -> tuple[str, dict[str, Any]] | None:
+        """(tool, result) of a call of this run that succeeded, by its id; None for any other id (another run's,
+        another organisation's, one that failed, not an id)."""
+        try:
+            UUID(call_id)
+        except ValueError:
+            return None
+        self.flush()  # the call may have completed in this very step
+        return (ToolCall.objects.filter(org_id=self.run.org_id, run_id=self.run_id, id=call_id,
+                                        state=CallState.SUCCEEDED, result__isnull=False)
+                .values_list("qualified_name", "result").first())
 
     def _decided_calls(self) -> Counter[tuple[str, str]]:
         """Read once per store; then `set_call` counts each row leaving `proposed` (this worker is the

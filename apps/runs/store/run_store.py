@@ -34,6 +34,8 @@ from apps.costs import services as costs
 from apps.costs.models import ModelPrice, UsageRecord
 from apps.costs.pricing import find_override, price_call
 from apps.costs.rollup import FirstCalls
+from apps.registry import resources as registry_resources
+from apps.registry.models import Resource
 from apps.runs import ledger
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.lease import LeaseHeartbeat, lease_seconds
@@ -328,6 +330,16 @@ class RunStore(ToolCalls):
         and credential shapes masked. Called only with an error in hand, so a step that went well reads
         nothing for it."""
         return redact_outside(text, org_id=self.run.org_id)
+
+    def live_resources(self, ids: list[str]) -> dict[str, Resource]:
+        """The registry's rows of these resources (with their servers), as they are now, by id: the run's
+        organisation's only. Read when a task of an agent with context resources starts."""
+        rows = Resource.objects.filter(org_id=self.run.org_id, id__in=ids).select_related("server")
+        return {str(r.id): r for r in rows}
+
+    def note_resource_read(self, resource_id: str, content_hash: str) -> str:
+        """Keeps the hash of the content just read on the resource; returns the one the last read saw."""
+        return registry_resources.note_read(resource_id=resource_id, content_hash=content_hash)
 
     def finish(self, status: str, *, output: str = "", error: str = "", error_class: str = "") -> None:
         """Ends the run (apps.runs.ledger.finish_run); LeaseLost when another worker took it over."""

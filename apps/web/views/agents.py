@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from django.conf import settings
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -73,7 +74,20 @@ def _submitted(request: HttpRequest) -> dict[str, Any]:
     values["grants"] = [{"tool": t, "policy": p, "condition": c} for t, p, c in zip(
         request.POST.getlist("grant_tool"), request.POST.getlist("grant_policy"),
         request.POST.getlist("grant_condition"), strict=False)]
+    values["context_resources"] = request.POST.getlist("context_resource")
     return values
+
+
+def _context_choices(org_id, agent, chosen: list[str], errors: dict[str, str]) -> list[dict[str, Any]]:
+    """The context resources the editor offers: the organisation's usable ones, and any the agent has that are
+    not usable any more (so they can be seen and taken off), each checked when chosen."""
+    rows = {str(r.id): r for r in selectors.grantable_resources(org_id=org_id)}
+    if agent is not None:
+        rows.update({str(c.resource_id): c.resource for c in selectors.agent_context_resources(agent)})
+    problems = {chosen[int(k.rsplit(".", 1)[1])]: v for k, v in errors.items()
+                if k.startswith("context_resources.") and int(k.rsplit(".", 1)[1]) < len(chosen)}
+    return [{"resource": r, "checked": rid in chosen, "error": problems.get(rid, "")}
+            for rid, r in sorted(rows.items(), key=lambda item: (item[1].server.name, item[1].uri))]
 
 
 def _agent_values(agent) -> dict[str, Any]:
@@ -81,6 +95,7 @@ def _agent_values(agent) -> dict[str, Any]:
     values["connection_id"] = str(agent.connection_id)
     values["script"] = json.dumps(agent.script, indent=2) if agent.script else ""
     values["temperature"] = "" if values["temperature"] is None else values["temperature"]
+    values["context_resources"] = [str(c.resource_id) for c in selectors.agent_context_resources(agent)]
     return values
 
 
@@ -99,6 +114,9 @@ def _editor(request: HttpRequest, *, agent, values: dict[str, Any], grants: list
         "servers": sorted({t.server.name for t in selectors.grantable_tools(org_id=org_id)}),
         "risks": Risk.choices, "tiers": TrustTier.choices,
         "tools": tools,
+        "resource_cap": settings.AIRLOCK_RESOURCE_MAX_BYTES,
+        "context_choices": _context_choices(org_id, agent, [str(v) for v in values.get("context_resources") or []],
+                                            errors or {}),
         "prompt": _preview(values),
         "starters": starters.STARTERS, "starter": request.GET.get("template", ""),
         "starter_server": request.GET.get("server", ""),
@@ -195,6 +213,7 @@ def agent_detail(request: HttpRequest, agent_id) -> HttpResponse:
                          for field, (before, after) in sorted(version.changes.items())]
     return render(request, "web/agents/detail.html", {
         "agent": agent, "permissions": selectors.effective_permissions(agent),
+        "context_resources": selectors.agent_context_resources(agent),
         "prompt": selectors.system_prompt(agent), "crews": selectors.crews_using(agent), "versions": versions,
         "budget": costs.target_budget_use(org_id=agent.org_id, scope=BudgetScope.AGENT, target_id=agent.id),
         "can_build": request.actor.can("build"), "can_try": request.actor.can("runs.start"), "errors": {}})

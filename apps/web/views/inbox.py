@@ -270,8 +270,9 @@ def _outcome_text(outcome: run_decisions.Decision) -> str:
     if item.status == "pending":
         return f"Your approval is recorded: {outcome.approvals} of {item.required_approvals} needed."
     if item.kind == ApprovalKind.DEFINITION_CHANGE:
-        return ("Pinned: the tool is active again." if item.status == "approved"
-                else "Rejected: the tool stays quarantined.")
+        what = "resource" if item.tool_id is None and (item.context or {}).get("resource_id") else "tool"
+        return (f"Pinned: the {what} is active again." if item.status == "approved"
+                else f"Rejected: the {what} stays quarantined.")
     if item.status == "approved":
         return "Approved with your edits: the run resumes." if outcome.edited else "Approved: the run resumes."
     if item.status == "answered":

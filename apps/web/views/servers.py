@@ -1,4 +1,5 @@
-"""MCP servers and their tools: list, register, detail with sync, tool review (pin, risk, state)."""
+"""MCP servers, their tools and resources: list, register, detail with sync, tool and resource review (pin, risk,
+state, trusted output)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from django.shortcuts import redirect, render
 
 from apps.core.encryption import decrypt, encrypt
 from apps.core.errors import Conflict, ValidationFailed
-from apps.registry import selectors, services
+from apps.registry import resources, selectors, services
 from apps.registry.models import TRUST_TIER_HELP, Risk, ServerStatus, ToolState, Transport, TrustTier
 from apps.web.access import member_required, post_only
 from apps.web.forms import apply_domain_errors
@@ -100,6 +101,7 @@ def _detail_context(request: HttpRequest, server_id) -> dict:
     tools = selectors.tools_for_org(org_id=request.actor.org_id, server=server.id)
     syncing = server.status == ServerStatus.SYNCING
     return {"server": server, "tools": tools, "syncing": syncing,
+            "resources": selectors.resources_for_org(org_id=request.actor.org_id, server=server.id),
             # a new server's first sync is queued on registration: watch for it too
             "polling": syncing or (server.status == ServerStatus.NEW and server.enabled),
             "tier_help": TRUST_TIER_HELP.get(server.trust_tier, ""),
@@ -247,6 +249,50 @@ def tool_update(request: HttpRequest, tool_id) -> HttpResponse:
         return _tool_page(request, tool_id, status=422, error=exc.message)
     messages.success(request, "Tool updated.")
     return redirect("web:tool", tool_id=tool_id)
+
+
+def _resource_page(request: HttpRequest, resource_id, status: int = 200, error: str = "") -> HttpResponse:
+    resource = selectors.get_resource(org_id=request.actor.org_id, resource_id=resource_id)
+    context = {"resource": resource, "diff": resources.resource_diff(resource), "error": error,
+               "trusted": selectors.trusted_output_setting(resource),
+               "server_trusted": selectors.trusted_output_setting(resource.server),
+               "states": [(s, label) for s, label in ToolState.choices if s != ToolState.REMOVED]}
+    return render(request, "web/servers/resource.html", context, status=status)
+
+
+@member_required()
+def resource(request: HttpRequest, resource_id) -> HttpResponse:
+    return _resource_page(request, resource_id)
+
+
+@post_only
+@member_required("servers.manage")
+def resource_pin(request: HttpRequest, resource_id) -> HttpResponse:
+    resources.pin_resource(actor=request.actor, resource_id=resource_id)
+    messages.success(request, "Definition pinned: the resource can be given to agents again.")
+    return redirect("web:resource", resource_id=resource_id)
+
+
+@post_only
+@member_required("servers.manage")
+def resource_state(request: HttpRequest, resource_id) -> HttpResponse:
+    try:
+        resources.set_resource_state(actor=request.actor, resource_id=resource_id,
+                                     state=request.POST.get("state", ""))
+    except ValidationFailed as exc:
+        return _resource_page(request, resource_id, status=422, error=exc.message)
+    messages.success(request, "Resource updated.")
+    return redirect("web:resource", resource_id=resource_id)
+
+
+@post_only
+@member_required("servers.manage")
+def resource_trusted_output(request: HttpRequest, resource_id) -> HttpResponse:
+    trusted = request.POST.get("trusted") == "1"
+    resources.set_resource_trusted_output(actor=request.actor, resource_id=resource_id, trusted=trusted)
+    messages.success(request, "Content marked trusted: reading it no longer taints a run by where it comes from."
+                     if trusted else "Content no longer trusted: reading it taints a run again.")
+    return redirect("web:resource", resource_id=resource_id)
 
 
 # --- OAuth: Airlock authorizes itself with the server's authorization server (apps/registry/oauth.py) -----

@@ -20,6 +20,8 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from config.celery import WORKER_QUEUES
+
 PR_SET_PDEATHSIG = 1
 GRACE_SECONDS = 10
 
@@ -29,6 +31,21 @@ def _child_setup() -> None:
     # Not on Linux: the launcher's own signal handling still stops the children.
     with contextlib.suppress(OSError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def processes(*, host: str, port: int, gateway_port: int, concurrency: int) -> dict[str, list[str]]:
+    """The four processes, by name. The one worker takes every queue (a resume too)."""
+    python = sys.executable
+    return {
+        "web": [python, "-m", "uvicorn", "config.asgi:application", "--host", host, "--port", str(port),
+                "--no-access-log"],
+        "worker": [python, "-m", "celery", "-A", "config", "worker", "-Q", WORKER_QUEUES, "-l", "info",
+                   "--concurrency", str(concurrency)],
+        "beat": [python, "-m", "celery", "-A", "config", "beat", "-l", "info",
+                 "-s", settings.CELERY_BEAT_SCHEDULE_FILENAME],
+        "gateway": [python, "-m", "uvicorn", "config.gateway:app", "--host", host, "--port", str(gateway_port),
+                    "--no-access-log"],
+    }
 
 
 class Command(BaseCommand):
@@ -42,17 +59,7 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=2)
 
     def handle(self, *args, host, port, gateway_port, concurrency, **options):
-        python = sys.executable
-        commands = {
-            "web": [python, "-m", "uvicorn", "config.asgi:application", "--host", host, "--port", str(port),
-                    "--no-access-log"],
-            "worker": [python, "-m", "celery", "-A", "config", "worker", "-Q", "runs,default", "-l", "info",
-                       "--concurrency", str(concurrency)],
-            "beat": [python, "-m", "celery", "-A", "config", "beat", "-l", "info",
-                     "-s", settings.CELERY_BEAT_SCHEDULE_FILENAME],
-            "gateway": [python, "-m", "uvicorn", "config.gateway:app", "--host", host, "--port", str(gateway_port),
-                        "--no-access-log"],
-        }
+        commands = processes(host=host, port=port, gateway_port=gateway_port, concurrency=concurrency)
         # One metrics directory for the four processes, emptied now that none of them runs (apps/core/metrics.py).
         os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(settings.VAR_DIR / "metrics"))
         call_command("reset_metrics", stdout=self.stdout)

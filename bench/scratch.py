@@ -1,0 +1,63 @@
+"""Room a benchmark makes for itself on a shared Postgres and Redis, and gives back: never anything it did not make.
+
+- `database(admin_url, stem)`: a database named `<stem>_<pid>_<time>`, created (CREATE fails rather than reuse
+  a name someone else holds) and dropped when the block ends.
+- `redis_db(url)`: a Redis database number, from 12 down to 1, that is empty when looked at (13 and 14 are left
+  alone: older copies of these benchmarks flush them without looking); it is marked as
+  this benchmark's with one key set only if absent, and kept only if that key is then the only one in it. At the
+  end it is flushed only if the mark is still this benchmark's (so a database someone else was using is never
+  taken, and one someone else took meanwhile is never flushed).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from urllib.parse import urlparse, urlunparse
+
+MARK = "airlock-bench:owner"
+
+
+def with_path(url: str, path: str) -> str:
+    return urlunparse(urlparse(url)._replace(path=path))
+
+
+@contextmanager
+def database(admin_url: str, stem: str) -> Iterator[str]:
+    """Yields the URL of a new database on `admin_url`'s server; drops it afterwards."""
+    import psycopg
+
+    name = f"{stem}_{os.getpid()}_{int(time.time())}"
+    admin = with_path(admin_url, "/postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield with_path(admin_url, f"/{name}")
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextmanager
+def redis_db(url: str) -> Iterator[str]:
+    """Yields `url` pointed at an empty Redis database this benchmark marked as its own; flushes it afterwards."""
+    import redis
+
+    token = f"{os.getpid()}:{uuid.uuid4().hex}"
+    for number in range(12, 0, -1):
+        client = redis.Redis.from_url(with_path(url, f"/{number}"))
+        if client.dbsize() == 0 and client.set(MARK, token, nx=True):
+            if client.dbsize() == 1:
+                break
+            if client.get(MARK) == token.encode():  # someone else writes here too: leave it to them
+                client.delete(MARK)
+    else:
+        raise RuntimeError(f"no empty Redis database (1-12) on {url}; the benchmark uses one of its own")
+    try:
+        yield with_path(url, f"/{number}")
+    finally:
+        if client.get(MARK) == token.encode():
+            client.flushdb()

@@ -1,0 +1,78 @@
+"""The embedded mode's broker (a folder of message files): a consumer polling while a producer sends never
+reads a message half-written. kombu's own filesystem transport let it read an empty file, which stopped the
+worker of `scripts/run` within a minute of beat's one-second sweep."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+from django.conf import settings
+from kombu import Connection
+
+
+def _send_and_drain(tmp_path, transport: str, messages: int = 3000) -> tuple[list[int], list[BaseException]]:
+    options = {"data_folder_in": str(tmp_path), "data_folder_out": str(tmp_path), "store_processed": False,
+               "processed_folder": str(tmp_path / "processed"), "control_folder": str(tmp_path / "control"),
+               "polling_interval": 0}
+    for folder in ("processed", "control"):
+        (tmp_path / folder).mkdir()
+    name = f"runs{uuid.uuid4().hex}"  # kombu keeps bindings per transport class, across connections
+    received: list[int] = []
+    failures: list[BaseException] = []
+    sent = threading.Event()
+
+    def produce():
+        with Connection("filesystem://", transport=transport, transport_options=options) as conn:
+            queue = conn.SimpleQueue(name)
+            for n in range(messages):
+                queue.put({"n": n, "pad": "x" * 2000})
+            queue.close()
+        sent.set()
+
+    def consume():
+        with Connection("filesystem://", transport=transport, transport_options=options) as conn:
+            queue = conn.SimpleQueue(name)
+            while len(received) < messages:
+                try:
+                    message = queue.get(timeout=0.5)
+                except queue.Empty:
+                    if sent.is_set() and not any(tmp_path.glob("*.msg")):
+                        break
+                    continue
+                except Exception as exc:  # what stopped the worker: a message read before it was written
+                    failures.append(exc)
+                    if len(failures) > 3:
+                        break
+                    continue
+                received.append(message.payload["n"])
+                message.ack()
+            queue.close()
+
+    def guarded(work):
+        def run():
+            try:
+                work()
+            except BaseException as exc:
+                failures.append(exc)
+        return run
+
+    threads = [threading.Thread(target=guarded(produce)), threading.Thread(target=guarded(consume))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    return received, failures
+
+
+def test_a_consumer_never_reads_a_message_before_it_is_whole(tmp_path):
+    received, failures = _send_and_drain(tmp_path, "apps.core.fs_broker:Transport")
+    assert failures == []
+    assert sorted(received) == list(range(3000))
+
+
+def test_the_embedded_settings_use_it():
+    if settings.REDIS_URL:
+        assert settings.CELERY_BROKER_URL == settings.REDIS_URL
+    else:
+        assert settings.CELERY_BROKER_TRANSPORT == "apps.core.fs_broker:Transport"
