@@ -34,6 +34,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -309,6 +310,12 @@ def main(argv: list[str] | None = None) -> dict:
         latency = asyncio.run(_latency(sides, args.calls))
         throughput = asyncio.run(_throughputs({s: sides[s] for s in THROUGHPUT_SIDES if s in sides},
                                               args.seconds, args.rounds))
+    except BaseException:
+        print(f"bench.gateway: the processes' logs are in {logs}", file=sys.stderr)
+        raise
+    else:
+        processes.stop_all()
+        shutil.rmtree(logs, ignore_errors=True)  # the logs and ContextForge's SQLite file, kept after a failure
     finally:
         processes.stop_all()
         with contextlib.suppress(Exception):
