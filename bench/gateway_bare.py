@@ -7,7 +7,7 @@ requests, `tools/list`) goes to the SDK proxy as in the floor. Not a gateway: it
 the one tool, unchecked. What uvicorn, one HTTP request and the pooled downstream call cost on this
 machine before any MCP server code runs; bench/gateway.py times it beside the others.
 
-    ORDER_DESK_DATA=... uvicorn bench.gateway_bare:app
+    uvicorn bench.gateway_bare:app
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ client), served by uvicorn like the gateway. No key, no policy, no ledger, no au
 and one HTTP hop cost before Airlock adds anything. bench/gateway.py times it beside the gateway and the
 direct call.
 
-    ORDER_DESK_DATA=... uvicorn bench.gateway_floor:app
+    uvicorn bench.gateway_floor:app
 """
 
 from __future__ import annotations
@@ -33,15 +33,14 @@ from apps.gateway.downstream import LoopPool  # noqa: E402
 from apps.registry.connection import ServerSpec, connect  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-TOOL = "orders.get_order_status"
-SPEC = ServerSpec(id="floor", org_id="floor", name="orders", transport="stdio", trust_tier="internal",
-                  command=sys.executable, args=("-m", "apps.demo.order_desk", "stdio"), cwd=str(ROOT),
-                  env={"ORDER_DESK_DATA": os.environ.get("ORDER_DESK_DATA", str(ROOT / "var" / "order-desk.json"))})
+TOOL = "bench.lookup"
+SPEC = ServerSpec(id="floor", org_id="floor", name="bench", transport="stdio", trust_tier="internal",
+                  command=sys.executable, args=("-m", "bench.lookup_server"), cwd=str(ROOT), env={})
 pool = LoopPool(on_list_changed=lambda server_id: None)
 
 
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> dict[str, Any]:
-    result = await pool.acall_tool(SPEC, "get_order_status", dict(params.arguments or {}), SPEC.timeout_s)
+    result = await pool.acall_tool(SPEC, "lookup", dict(params.arguments or {}), SPEC.timeout_s)
     wire: dict[str, Any] = {"content": result.content, "isError": result.is_error, "resultType": "complete"}
     if result.structured_content is not None:
         wire["structuredContent"] = result.structured_content
@@ -66,7 +65,7 @@ handshake = StreamableHTTPSessionManager(app=server)  # what a client tries befo
 @asynccontextmanager
 async def lifespan(app: Starlette) -> AsyncIterator[None]:
     async with connect(SPEC) as client:
-        tool = next(t for t in (await client.list_tools()).tools if t.name == "get_order_status")
+        tool = next(t for t in (await client.list_tools()).tools if t.name == "lookup")
     LISTED.append(tool.model_copy(update={"name": TOOL}))
     async with manager.run(), handshake.run():
         yield

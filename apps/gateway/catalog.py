@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import mcp.types as types
@@ -82,6 +83,15 @@ class AgentView:
     @property
     def offered(self) -> list[GrantedTool]:
         return [g for g in self.grants.values() if g.wire is not None]
+
+    @cached_property
+    def offered_names(self) -> dict[str, str]:
+        """The offered tools' names, as `runs.engine.names.qualified_name` takes them (read on every call)."""
+        return {g.qualified_name: g.qualified_name for g in self.offered}
+
+    @cached_property
+    def granted_names(self) -> frozenset[str]:
+        return frozenset(self.grants)
 
     def schema_problem(self, tool: GrantedTool, arguments: dict[str, Any]) -> str:
         """The engine's check: the most relevant problem with the arguments, or ''."""

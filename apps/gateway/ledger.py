@@ -318,14 +318,14 @@ class LedgerWriter:
             path.unlink(missing_ok=True)
 
     def _ship(self, batch: list[CallRecord], *, resend: bool = False) -> None:
-        kept = spool(batch)
-        if self._send(batch, resend=resend):
+        body = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)  # once: the spool file and the pipe
+        kept = spool(batch, body=body)
+        if self._send(batch, body, resend=resend):
             kept.unlink(missing_ok=True)
 
-    def _send(self, batch: list[CallRecord], *, resend: bool) -> bool:
+    def _send(self, batch: list[CallRecord], body: bytes, *, resend: bool) -> bool:
         """True once the batch is stored; False when a stop cut it short (it stays in its spool file)."""
         self._batches += 1
-        body = pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL)
         while self._use_process and self._failures < 3:
             child = self._child if self._child is not None and self._child.poll() is None else self._spawn()
             if child is None:
@@ -445,13 +445,14 @@ def spool_dir() -> Path:
     return Path(settings.VAR_DIR) / "gateway-ledger"
 
 
-def spool(batch: list[CallRecord], *, dead: bool = False) -> Path:
-    """Writes records to a spool file (replayed by the next gateway to start; `dead`: for a person)."""
+def spool(batch: list[CallRecord], *, dead: bool = False, body: bytes | None = None) -> Path:
+    """Writes records to a spool file (replayed by the next gateway to start; `dead`: for a person). `body`: the
+    batch already pickled."""
     folder = spool_dir() / ("dead" if dead else "pending")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{os.getpid()}-{uuid.uuid4().hex}.batch"
     partial = path.with_suffix(".partial")
-    partial.write_bytes(pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
+    partial.write_bytes(body if body is not None else pickle.dumps(batch, protocol=pickle.HIGHEST_PROTOCOL))
     os.replace(partial, path)
     return path
 

@@ -61,6 +61,7 @@ from apps.core.metrics import GATEWAY_CALLS, observe_tool_call
 from apps.gateway import catalog, changes, ledger, ratelimit, selectors
 from apps.gateway.catalog import AgentView, GrantedTool
 from apps.gateway.downstream import LoopPool
+from apps.gateway.keys import CheckThreads, KeyChecks
 from apps.gateway.ledger import CallRecord, GatewayActor, SessionRef
 from apps.registry.arguments import url_problem
 from apps.registry.pool import ToolCallFailed, ToolCallResult, ToolCallTimeout
@@ -240,16 +241,20 @@ class Gateway:
         self.writer = ledger.LedgerWriter()
         self.pool = LoopPool()
         self.auth = KeyBackend(self)
+        self._key_threads = CheckThreads()
+        self.keys: KeyChecks[selectors.KeyStanding] = KeyChecks(
+            lambda raw: self._key_threads.run(selectors.bearer_standing, raw, resource=resource_url()))
 
     # --- identity --------------------------------------------------------------------------------
 
     async def identify(self, raw: str) -> Identity:
-        """The key's identity as the database has it now (checked on every request: a cache here let
-        a revoked key through on an open session until a change notice arrived).
+        """The key's identity as the database has it now (checked on every request, by a query sent after the
+        request arrived: a cache here let a revoked key through on an open session until a change notice
+        arrived). Requests of one key arriving together share a query (`keys.KeyChecks`).
 
         Raises KeyRefused (with the reason) or DatabaseUnavailable."""
         try:
-            standing = await _db(selectors.bearer_standing, raw, resource=resource_url())
+            standing = await self.keys.standing(raw)
         except DatabaseError as exc:
             logger.warning("gateway: cannot check a key, the database does not answer: %s", type(exc).__name__)
             raise DatabaseUnavailable("Airlock's database does not answer; try again in a few seconds.") from None
@@ -342,8 +347,7 @@ class Gateway:
                 raise rate_limited(identity, wait)
         view = await self.view(identity.agent_id)
         arguments = dict(params.arguments or {})
-        offered = {g.qualified_name: g.qualified_name for g in view.offered}
-        name = map_name(params.name, offered=offered, known=frozenset(view.grants))
+        name = map_name(params.name, offered=view.offered_names, known=view.granted_names)
         tool = view.grants.get(name)
         session = await self.session(ctx, identity)
         actor = GatewayActor(f"gateway:{identity.key_name}", _client_ip(ctx))
@@ -714,6 +718,7 @@ class Gateway:
         await anyio.to_thread.run_sync(self.writer.stop)
         await self.pool.aclose_all()
         await self.rate.close()
+        self._key_threads.close()
 
 
 def _template_servers(view: AgentView):

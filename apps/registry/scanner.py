@@ -317,7 +317,7 @@ def _present_words(text: str) -> frozenset[str]:
     """Which of all the rules' words occur in a text (lower-cased, or case-folded beyond ASCII): each word looked
     for once, not once per rule."""
     folded = text.lower() if text.isascii() else text.casefold()
-    return frozenset(word for word in _ALL_WORDS if word in folded)
+    return frozenset(filter(folded.__contains__, _ALL_WORDS))  # no Python frame per word
 
 
 def _search(rules: list[tuple[re.Pattern[str], tuple[str, ...]]], text: str,
@@ -420,13 +420,16 @@ def scan_text(text: str, *, where: str, is_value: bool = False) -> list[Finding]
     # Every form of the text worth matching (disguises.views): itself, and for text beyond ASCII its visible,
     # folded and Latin-skeleton forms, plus anything embedded as base64/hex/URL-encoding/HTML entities.
     text_views = list(views(text))
-    visible = text if ascii else text_views[1][1]
-    found.extend(_rule_findings(text_views, where))
+    # The rule words in each view, looked for once per view (the rule groups and the secret rules share them).
+    present = [_present_words(view) for _, view in text_views]
+    shown = 0 if ascii else 1
+    visible = text_views[shown][1]
+    found.extend(_rule_findings(text_views, present, where))
     if ("<!--" in visible or "[//]" in visible) and any(COMMENT_IMPERATIVE.search(c)
                                                         for c in HIDDEN_COMMENT.findall(visible)):
         found.append(Finding("hidden_comment", Severity.HIGH, where,
                              "A comment that a person reading the text would not see holds words aimed at the model."))
-    secret = _search(_SECRET_RES, visible)
+    secret = _search(_SECRET_RES, visible, present[shown])
     if secret is not None:
         near = visible[max(0, secret.start() - 80):secret.end() + 80]
         severity = Severity.HIGH if SECRET_ACCESS.search(near) else Severity.MEDIUM
@@ -443,12 +446,11 @@ def scan_text(text: str, *, where: str, is_value: bool = False) -> list[Finding]
     return found
 
 
-def _rule_findings(text_views: list[tuple[str, str]], where: str) -> list[Finding]:
+def _rule_findings(text_views: list[tuple[str, str]], present: list[frozenset[str]], where: str) -> list[Finding]:
     """One finding per rule group that matches some view; a match only inside encoded text is
     `encoded_instruction` (high), naming the encoding."""
     found: list[Finding] = []
     encoded: set[str] = set()
-    present = [_present_words(view) for _, view in text_views]
     for code, severity, message, rules in _GROUP_RES:
         plain_match = False
         for (disguise, view), words in zip(text_views, present, strict=True):
@@ -461,8 +463,8 @@ def _rule_findings(text_views: list[tuple[str, str]], where: str) -> list[Findin
                 plain_match = True
             else:
                 encoded.add(disguise)
-    for disguise, view in text_views:  # an encoded ask to read a secret (a mere mention is not enough)
-        if disguise not in ("", "unicode", "homoglyphs") and (secret := _search(_SECRET_RES, view)) and \
+    for (disguise, view), words in zip(text_views, present, strict=True):  # an encoded ask to read a secret
+        if disguise not in ("", "unicode", "homoglyphs") and (secret := _search(_SECRET_RES, view, words)) and \
                 SECRET_ACCESS.search(view[max(0, secret.start() - 80):secret.end() + 80]):
             encoded.add(disguise)
     if encoded:

@@ -1,0 +1,110 @@
+"""Requests of one key arriving together share a key check, and none of them is answered by a query sent
+before it arrived: a key revoked before a request arrived refuses that request, however many sessions
+of the key are calling at the time."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+from apps.accounts.actors import member_actor
+from apps.gateway import services as gateway_services
+from apps.gateway.keys import KeyChecks
+from tests.factories import add_member
+from tests.gateway.conftest import mcp_client
+from tests.processes import run_async
+
+
+def test_a_request_arriving_during_a_query_is_answered_by_the_next_one():
+    """The database's answer changes while a query is on its way: requests that arrived after it was sent
+    see the change; requests that arrived together share one query."""
+    state = {"standing": "valid", "queries": 0}
+
+    async def scenario():
+        query_sent, release = asyncio.Event(), asyncio.Event()
+
+        async def check(bearer: str) -> str:
+            state["queries"] += 1
+            seen = state["standing"]  # what the database says when the query is sent
+            query_sent.set()
+            await release.wait()
+            return seen
+
+        checks = KeyChecks(check)
+        first = asyncio.create_task(checks.standing("agw_x"))
+        await query_sent.wait()
+        state["standing"] = "revoked"  # committed after the first query was sent
+        later = [asyncio.create_task(checks.standing("agw_x")) for _ in range(20)]
+        await asyncio.sleep(0)
+        release.set()
+        return await first, await asyncio.gather(*later)
+
+    first, later = asyncio.run(scenario())
+    assert first == "valid"
+    assert later == ["revoked"] * 20
+    assert state["queries"] == 2
+
+
+def test_an_error_reaches_every_request_sharing_the_query():
+    async def check(bearer: str) -> str:
+        await asyncio.sleep(0.01)
+        raise ConnectionError("the database does not answer")
+
+    async def scenario():
+        checks = KeyChecks(check)
+        return await asyncio.gather(*(checks.standing("agw_x") for _ in range(5)), return_exceptions=True)
+
+    assert all(isinstance(answer, ConnectionError) for answer in asyncio.run(scenario()))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_call_sent_after_a_revoke_gets_through_while_many_sessions_call(gateway_url, setup):
+    creator = add_member(setup.org, "admin")
+    key, raw = gateway_services.create_key(actor=member_actor(creator), name="busy host", agent_id=setup.agent.id,
+                                           rate_limit_per_minute=100_000)
+    calling, revoking, revoked_at = threading.Event(), [], []
+    answers: list[tuple[float, bool]] = []  # (when the call was sent, answered ok)
+    sessions = 12
+
+    def revoke_while_they_call() -> None:
+        try:
+            if calling.wait(60):
+                time.sleep(0.5)
+                revoking.append(time.monotonic())
+                gateway_services.revoke_key(actor=member_actor(creator), key_id=key.id)
+                revoked_at.append(time.monotonic())  # committed: every call sent from now on must be refused
+        finally:
+            connection.close()
+
+    give_up = time.monotonic() + 60
+    opened = []
+
+    async def session() -> None:
+        async with mcp_client(gateway_url, raw, timeout=30) as client:
+            assert not (await client.call_tool("orders.get_order_status", {"order_id": "A-1001"})).is_error
+            opened.append(1)
+            if len(opened) == sessions:
+                calling.set()
+            while (not revoked_at or time.monotonic() < revoked_at[0] + 1.0) and time.monotonic() < give_up:
+                sent = time.monotonic()
+                try:
+                    ok = not (await client.call_tool("orders.get_order_status", {"order_id": "A-1001"})).is_error
+                except Exception:  # the SDK reports the HTTP 401 as an error
+                    ok = False
+                answers.append((sent, ok))
+
+    async def calls() -> None:
+        await asyncio.gather(*(session() for _ in range(sessions)))
+
+    revoker = threading.Thread(target=revoke_while_they_call)
+    revoker.start()
+    run_async(calls())
+    revoker.join()
+    before = [ok for sent, ok in answers if sent < revoking[0]]
+    after = [ok for sent, ok in answers if sent > revoked_at[0]]
+    assert before and all(before)  # the key worked, from many sessions at once
+    assert after and not any(after)
