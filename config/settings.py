@@ -439,14 +439,14 @@ LOGGING = {
     "formatters": {"plain": {"()": "apps.audit.log_format.RedactingFormatter",  # credential shapes masked
                              "format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
                    "json": {"()": "apps.audit.log_format.JsonFormatter"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": AIRLOCK_LOG_FORMAT}},
+    # The run sweep's three INFO lines a second are dropped (apps/core/log_filters.py); every other
+    # task's lines, beat's start and any failure are kept.
+    "filters": {"every_second_tasks": {"()": "apps.core.log_filters.DropEverySecondTasks"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": AIRLOCK_LOG_FORMAT,
+                             "filters": [] if env_bool("AIRLOCK_LOG_SWEEPS") else ["every_second_tasks"]}},
     "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     "loggers": {"django.channels.server": {"level": "WARNING"},
-                "axes": {"level": "WARNING"},  # a line per sign-in otherwise; lockouts are warnings
-                # Two lines per task received and done, and one per schedule tick: beat sends the run sweep
-                # every second. A task's failure is still logged (an error of celery.app.trace).
-                "celery.beat": {"level": "WARNING"}, "celery.worker.strategy": {"level": "WARNING"},
-                "celery.app.trace": {"level": "WARNING"}},
+                "axes": {"level": "WARNING"}},  # a line per sign-in otherwise; lockouts are warnings
 }
 
 # --- Observability (docs/operations.md: "Metrics", "Logs") ---------------------------------------------

@@ -22,7 +22,8 @@ def start_beat(tmp_path: Path, name: str) -> tuple[subprocess.Popen, Path]:
         [sys.executable, "-m", "celery", "-A", "config", "beat", "-l", "info", "-s", str(tmp_path / f"{name}.db"),
          "--max-interval", "1"],
         cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test"})
+        # The sweep's "Sending due task" lines are how this test sees which beat sends.
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings_test", "AIRLOCK_LOG_SWEEPS": "1"})
     return proc, log
 
 
