@@ -43,7 +43,7 @@ def test_a_request_arriving_during_a_query_is_answered_by_the_next_one():
         release.set()
         return await first, await asyncio.gather(*later)
 
-    first, later = asyncio.run(scenario())
+    first, later = run_async(scenario())
     assert first == "valid"
     assert later == ["revoked"] * 20
     assert state["queries"] == 2
@@ -58,7 +58,7 @@ def test_an_error_reaches_every_request_sharing_the_query():
         checks = KeyChecks(check)
         return await asyncio.gather(*(checks.standing("agw_x") for _ in range(5)), return_exceptions=True)
 
-    assert all(isinstance(answer, ConnectionError) for answer in asyncio.run(scenario()))
+    assert all(isinstance(answer, ConnectionError) for answer in run_async(scenario()))
 
 
 @pytest.mark.django_db(transaction=True)
