@@ -68,6 +68,42 @@
     event.target.setAttribute("data-live-state", "closed");
     if (event.target === document.body) document.body.removeAttribute("data-live");
   });
+  // A live update replaces whole items (the inbox socket re-sends every pending item when it connects):
+  // what the person had ticked, chosen or typed in them and not yet sent is put back, as is the keyboard.
+  // A control is matched by its item (the closest element with an id), name and value, so a ticked box
+  // whose item now carries other arguments (another value) is not ticked again.
+  function controlKey(el) {
+    const owner = el.closest("[id]");
+    const choice = (el.type === "checkbox" || el.type === "radio") ? el.value : "";
+    return (owner ? owner.id : "") + "|" + (el.name || el.id) + "|" + choice;
+  }
+  let kept = null;
+  document.addEventListener("htmx:wsBeforeMessage", function () {
+    kept = {values: new Map(), focus: document.activeElement && document.activeElement.id};
+    document.querySelectorAll("input, textarea, select").forEach(function (el) {
+      if (el.type === "hidden" || (!el.name && !el.id)) return;
+      const changed = (el.type === "checkbox" || el.type === "radio")
+        ? el.checked !== el.defaultChecked : el.value !== el.defaultValue;
+      if (changed) kept.values.set(controlKey(el), el.type === "checkbox" || el.type === "radio" ? el.checked : el.value);
+    });
+  });
+  document.addEventListener("htmx:wsAfterMessage", function () {
+    if (!kept) return;
+    const before = kept;
+    kept = null;
+    if (before.values.size) {
+      document.querySelectorAll("input, textarea, select").forEach(function (el) {
+        const key = controlKey(el);
+        if (!before.values.has(key)) return;
+        if (el.type === "checkbox" || el.type === "radio") el.checked = before.values.get(key);
+        else el.value = before.values.get(key);
+      });
+    }
+    if (before.focus && document.activeElement === document.body) {
+      const again = document.getElementById(before.focus);
+      if (again) again.focus();
+    }
+  });
   document.addEventListener("click", function (event) {
     const button = event.target.closest("[data-copy]");
     if (!button) return;

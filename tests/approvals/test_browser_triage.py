@@ -71,3 +71,29 @@ def test_an_owner_triages_the_inbox_with_the_keyboard_and_decides_two_items_toge
 
 def first_request(run_id):
     return ApprovalRequest.objects.get(run_id=run_id).id
+
+
+def test_a_live_update_keeps_what_the_person_ticked_and_typed(page: Page, live_url, worker, owner, tmp_path):
+    """The inbox socket re-renders items (when it connects, on a vote, on any change): a box the person
+    ticked and a comment they began stay as they were, in the new markup."""
+    from apps.approvals.services import publish_item
+
+    run_ids = in_thread(held_runs, owner, tmp_path / "orders.json", 2)
+    sign_in(page, live_url, owner.user.email)
+    page.goto(f"{live_url}/inbox/")
+    expect(page.get_by_test_id("inbox")).to_have_attribute("data-live-state", "open")
+    items = page.locator("#inbox-items [data-testid=approval]")
+    expect(items).to_have_count(2)
+    items.first.get_by_test_id("select-item").check()
+    items.nth(1).get_by_label("Comment", exact=True).fill("not this one, ask finance")
+    page.evaluate("document.querySelectorAll('#inbox-items [data-testid=approval]')"
+                  ".forEach(el => el.dataset.before = 'yes')")  # gone once an item is re-rendered
+
+    for run_id in run_ids:
+        in_thread(lambda r=run_id: publish_item(ApprovalRequest.objects.get(run_id=r)))
+    expect(page.locator("#inbox-items [data-before=yes]")).to_have_count(0)  # both items are new markup
+
+    expect(items).to_have_count(2)
+    expect(items.first.get_by_test_id("select-item")).to_be_checked()
+    expect(items.nth(1).get_by_test_id("select-item")).not_to_be_checked()
+    expect(items.nth(1).get_by_label("Comment", exact=True)).to_have_value("not this one, ask finance")
