@@ -13,6 +13,7 @@ import anyio
 from django.conf import settings
 from mcp.server.auth.middleware.auth_context import AuthContextMiddleware
 from mcp.server.auth.middleware.bearer_auth import RequireAuthMiddleware
+from mcp.server.connection import LOG_LEVEL_META_KEY
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types.version import HANDSHAKE_PROTOCOL_VERSIONS
@@ -52,7 +53,7 @@ class EraRouter:
     """Sends each request to one of two session managers over the same server.
 
     Handshake-era requests (sessions, GET streams) and 2026-07-28 requests that may stream
-    (a progress token, `subscriptions/listen`) go to the SSE manager; other 2026-07-28 requests
+    (a progress token, a log level, `subscriptions/listen`) go to the SSE manager; other 2026-07-28 requests
     to a JSON-response one, which answers in the request's own task (about 40% less time per
     call here than committing the SSE machinery for a response that never streams). A
     `tools/call` over its key's rate is answered here, HTTP 429 (`Gateway.rate_refusal`)."""
@@ -105,9 +106,12 @@ class EraRouter:
         return body
 
 
+LOG_LEVEL_KEY = LOG_LEVEL_META_KEY.encode()  # a 2026-07-28 request asking for log messages: they stream
+
+
 def _may_stream(body: bytes) -> bool:
     if b"\\u" not in body:  # no JSON escapes: the names below can only appear as written
-        return b"progressToken" in body or b"subscriptions/listen" in body
+        return b"progressToken" in body or b"subscriptions/listen" in body or LOG_LEVEL_KEY in body
     try:
         message = json.loads(body)
     except ValueError:
@@ -116,7 +120,7 @@ def _may_stream(body: bytes) -> bool:
         return True
     params = message.get("params")
     meta = params.get("_meta") if isinstance(params, dict) else None
-    return isinstance(meta, dict) and "progressToken" in meta
+    return isinstance(meta, dict) and ("progressToken" in meta or LOG_LEVEL_META_KEY in meta)
 
 
 def build_app() -> Starlette:
@@ -129,6 +133,10 @@ def build_app() -> Starlette:
         on_list_resources=gateway.list_resources, on_list_resource_templates=gateway.list_resource_templates,
         on_read_resource=gateway.read_resource, on_list_prompts=gateway.list_prompts,
         on_get_prompt=gateway.get_prompt, on_subscriptions_listen=gateway.listen_handler(),
+        # Relayed to the server behind (apps/gateway/relay.py), so declared: logging, completions and, in the
+        # handshake era, resources.subscribe.
+        on_completion=gateway.complete, on_set_logging_level=gateway.set_logging_level,
+        on_subscribe_resource=gateway.subscribe_resource, on_unsubscribe_resource=gateway.unsubscribe_resource,
         # Arguments are checked per caller in call_tool; the SDK would otherwise run tools/list on
         # every 2026-era call to look for Mcp-Param-* headers.
         get_tool_input_schema=lambda name: None)

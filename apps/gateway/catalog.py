@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import mcp.types as types
+from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from apps.agents.models import Agent, ToolGrant
 from apps.agents.policy import CallFacts, decide
@@ -68,6 +70,35 @@ class GrantedTool:
                 "open_world": self.open_world, "trusted_output": self.trusted_output}
 
 
+@dataclass(frozen=True)
+class ServerRelay:
+    """What the gateway relays between a server and the host calling it: the server's settings for its own
+    requests (the same as in runs: apps/registry/host.py) and what its last sync says it serves."""
+
+    name: str
+    allow_elicitation: bool = False
+    allow_sampling: bool = False
+    hold_sampling: bool = False
+    logging: bool = False  # its log messages can be relayed
+    completions: bool = False
+    subscribe: bool = False  # it declares `resources.subscribe`
+
+    @property
+    def may_ask(self) -> bool:
+        return self.allow_elicitation or self.allow_sampling
+
+    @classmethod
+    def of(cls, server: McpServer) -> ServerRelay:
+        caps = server.capabilities or {}
+        # A handshake-era server declares `logging`; in 2026-07-28 logging is asked for per request and the
+        # capability is deprecated, so a server of that era may log without declaring it.
+        logs = "logging" in caps or server.protocol_version in MODERN_PROTOCOL_VERSIONS
+        return cls(name=server.name, allow_elicitation=server.allow_elicitation,
+                   allow_sampling=server.allow_sampling, hold_sampling=server.hold_sampling,
+                   logging=logs, completions="completions" in caps,
+                   subscribe=bool((caps.get("resources") or {}).get("subscribe")))
+
+
 @dataclass
 class AgentView:
     agent_id: str
@@ -79,19 +110,35 @@ class AgentView:
     resource_templates: list[tuple[str, dict[str, Any]]]  # (server id, wire template)
     prompts: dict[str, tuple[str, str, dict[str, Any]]]  # qualified name -> (server id, name, wire prompt)
     fingerprint: str
+    servers: dict[str, ServerRelay] = field(default_factory=dict)  # server id -> what is relayed for it
+    # Every name a host may call an offered tool by -> its qualified name: the qualified name, and the
+    # server's own name for it when no other offered tool has that name. Prompts likewise.
+    tool_names: dict[str, str] = field(default_factory=dict)
+    prompt_names: dict[str, str] = field(default_factory=dict)
 
     @property
     def offered(self) -> list[GrantedTool]:
         return [g for g in self.grants.values() if g.wire is not None]
 
     @cached_property
-    def offered_names(self) -> dict[str, str]:
-        """The offered tools' names, as `runs.engine.names.qualified_name` takes them (read on every call)."""
-        return {g.qualified_name: g.qualified_name for g in self.offered}
-
-    @cached_property
     def granted_names(self) -> frozenset[str]:
         return frozenset(self.grants)
+
+    def may_read(self, uri: str) -> str | None:
+        """The id of the server whose resource (or resource template) `uri` is, when this agent may read it."""
+        if uri in self.resources:
+            return self.resources[uri][0]
+        return next((sid for sid, prefix in self.template_prefixes() if uri.startswith(prefix)), None)
+
+    def template_prefixes(self):
+        """(server id, the fixed start of a template's URIs) for each resource template with one."""
+        for server_id, template in self.resource_templates:
+            prefix = template["uriTemplate"].split("{", 1)[0]
+            if prefix:
+                yield server_id, prefix
+
+    def template_server(self, uri_template: str) -> str | None:
+        return next((sid for sid, t in self.resource_templates if t["uriTemplate"] == uri_template), None)
 
     def schema_problem(self, tool: GrantedTool, arguments: dict[str, Any]) -> str:
         """The engine's check: the most relevant problem with the arguments, or ''."""
@@ -153,12 +200,22 @@ def load_view(agent_id: str) -> AgentView:
         for prompt in server.prompts or []:
             if prompt.get("name"):
                 prompts.setdefault(f"{server.name}.{prompt['name']}", (sid, prompt["name"], prompt))
+    relays = {sid: ServerRelay.of(servers[sid]) for sid in usable_servers}
     body = json.dumps([
         agent.enabled,
         [(g.qualified_name, g.risk, g.state, g.pinned, g.trust_tier, g.definition_hash, g.grant, g.condition,
           g.wire.model_dump(mode="json") if g.wire else None) for g in view_grants.values()],
         {sid: spec.fingerprint for sid, spec in specs.items()},
-        sorted(resources), [t for _, t in templates], sorted(prompts),
+        sorted(resources), [t for _, t in templates], sorted(prompts), {sid: r.__dict__ for sid, r in relays.items()},
     ], sort_keys=True, default=str)
     return AgentView(str(agent.id), agent.name, agent.enabled, view_grants, specs, resources, templates, prompts,
-                     fingerprint=hashlib.sha256(body.encode()).hexdigest())
+                     fingerprint=hashlib.sha256(body.encode()).hexdigest(), servers=relays,
+                     tool_names=_names({g.qualified_name: g.name for g in view_grants.values() if g.wire}),
+                     prompt_names=_names({q: name for q, (_, name, _) in prompts.items()}))
+
+
+def _names(own_names: dict[str, str]) -> dict[str, str]:
+    """Qualified name -> itself, plus a server's own name -> the qualified name where only one has it."""
+    counts = Counter(own_names.values())
+    aliases = {own: qualified for qualified, own in own_names.items() if counts[own] == 1 and own not in own_names}
+    return {**aliases, **{q: q for q in own_names}}

@@ -38,7 +38,9 @@ from django.db.models import Q
 from django.utils import timezone
 
 import apps
-from apps.approvals.models import ApprovalRequest, ApprovalStatus
+from apps.approvals import questions
+from apps.approvals import services as approvals
+from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
 from apps.gateway.ledger_process import ACK, HEADER
 from apps.gateway.models import GatewayKey, GatewaySession
@@ -600,3 +602,44 @@ def row_state(row_id: str) -> ToolCall:
 def live_tool_facts(*, org_id: str, qualified_name: str):
     """The registry's current row for a tool (state, risk, pin), for the check at dispatch."""
     return Tool.objects.filter(org_id=org_id, qualified_name=qualified_name).select_related("server").first()
+
+
+# --- what a server asks of the host during a call (apps/gateway/relay.py) ---------------------------
+
+def record_relay(run_id: str, type: str, **data: Any) -> None:
+    """A server's request during a call, relayed to the host or refused, as an event of the gateway session's
+    run (the run trace shows it under its call: `tool_call_id`)."""
+    with transaction.atomic():
+        ledger.append_event(run_id, type, **data)
+
+
+def open_sampling_hold(*, org_id: str, run_id: str, agent_id: str, tool_call_id: str, tool_id: str | None,
+                       tool: str, server: str, host: str, prompt: dict[str, Any], expires_at: Any) -> str:
+    """A sampling request held for a person (the server's `hold_sampling` setting): an inbox item and the
+    run's `sampling.requested` event, in one transaction. Returns the item's id."""
+    run = Run.objects.only("id", "crew_name", "started_by_id").get(id=run_id)
+    worker = f"gateway {os.uname().nodename}:{os.getpid()}"
+    with transaction.atomic():
+        request = questions.open_item(
+            org_id=org_id, kind=ApprovalKind.SAMPLING, run_id=run_id, tool_call_id=tool_call_id, agent_id=agent_id,
+            tool_id=tool_id, title=f"{server} asks to run the model of {host}",
+            reason=f"{server} (called through the gateway by {host}) asks the host to run its model; the "
+                   "server's setting holds that for a person.",
+            context={"prompt": prompt, "ask": "approvers", "server": server, "tool": tool, "agent": host,
+                     "crew": run.crew_name, "worker": worker, "call_expires_at": expires_at.isoformat()},
+            expires_at=expires_at, requested_by_user_id=run.started_by_id, arguments={"prompt": prompt})
+        ledger.append_event(run_id, "sampling.requested", approval_id=str(request.id), tool_call_id=tool_call_id,
+                            server=server, tool=tool, expires_at=expires_at.isoformat(), worker=worker)
+    return str(request.id)
+
+
+def sampling_hold_status(approval_id: str, *, expire: bool = False) -> tuple[str, str]:
+    """(status, who decided) of a held sampling request; `expire`: a still-pending one expires now (the call's
+    deadline came first), with the run's `sampling.expired` event."""
+    with transaction.atomic():
+        request = ApprovalRequest.objects.select_for_update().get(id=approval_id)
+        if expire and request.status == ApprovalStatus.PENDING:
+            approvals.expire_request(request=request)
+            ledger.append_event(request.run_id, "sampling.expired", approval_id=approval_id,
+                                tool_call_id=str(request.tool_call_id), reason="The call's timeout came first.")
+    return request.status, request.decided_by_label or ""

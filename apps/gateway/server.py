@@ -8,15 +8,22 @@ hints; `tools/call` validates the arguments, asks `apps.agents.policy.decide`, a
 on this process's loop: `downstream.LoopPool`), or
 holds (an approval request in the inbox; the call stays open up to the key's wait, with
 progress notifications). Resources and prompts of the servers the agent may use are served
-too. Both protocol eras: the handshake era (sessions, `initialize`) and 2026-07-28
-(stateless, `server/discover`), as the SDK's session manager routes them.
+too, with completions and resource subscriptions. What a server sends during a forwarded call
+is passed to the host that made it, under policy (`apps.gateway.relay`): progress, log
+messages at the level that host asked for, and elicitation and sampling requests as the
+server's settings allow and the host declared (a 2026-07-28 host is asked between the legs of
+its `tools/call`); the gateway declares only what it passes on. Both protocol eras: the
+handshake era (sessions, `initialize`) and 2026-07-28 (stateless, `server/discover`), as the
+SDK's session manager routes them.
 
 Every request's key is checked against the database as it is now (`KeyBackend`: revoked, or its
 creator demoted or removed, is refused with the reason from the next request, open sessions
 included). What the endpoint keeps in memory (per process): each agent's view, re-read when a
 change notice arrives from any process (`apps.gateway.changes`, over the channel layer; a changed
 view sends list-changed notices to its connected clients), with a slow safety-net re-read
-(`AIRLOCK_GATEWAY_VIEW_REFRESH_S`, every poll while notices cannot be heard); open sessions.
+(`AIRLOCK_GATEWAY_VIEW_REFRESH_S`, every poll while notices cannot be heard), its servers' specs
+renewed when their OAuth token is due for a refresh (`_spec`); open sessions, their log levels and
+resource subscriptions; calls waiting for a 2026-07-28 host's next leg.
 Rate limits are shared by every gateway process through Redis (`ratelimit`; in-memory in
 embedded mode). Database work runs on worker threads; ledger rows for forwarded reads are committed in batches by
 `ledger.LedgerWriter`. The ASGI app around it (routes, session managers, lifespan) is
@@ -28,6 +35,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -63,9 +71,13 @@ from apps.gateway.catalog import AgentView, GrantedTool
 from apps.gateway.downstream import LoopPool
 from apps.gateway.keys import CheckThreads, KeyChecks
 from apps.gateway.ledger import CallRecord, GatewayActor, SessionRef
+from apps.gateway.relay import CallRelay, CallTrace, HostLevels, HostLink, PendingCall, wants_progress
+from apps.gateway.subscriptions import ResourceSubscriptions
 from apps.registry.arguments import url_problem
-from apps.registry.pool import ToolCallFailed, ToolCallResult, ToolCallTimeout
+from apps.registry.connection import ServerSpec
+from apps.registry.pool import ToolCallFailed, ToolCallResult, ToolCallTimeout, current_spec
 from apps.registry.scanner import scan_text
+from apps.registry.selectors import server_by_id
 from apps.runs.engine.hashing import args_hash
 from apps.runs.engine.names import qualified_name as map_name
 from apps.runs.engine.results import injected_call_findings, result_payload, scannable_text
@@ -115,7 +127,8 @@ _NOT_A_CALL = object()
 
 
 def _tool_call_id(body: bytes) -> Any:
-    """The JSON-RPC id of a single `tools/call` request, else `_NOT_A_CALL`."""
+    """The JSON-RPC id of a single `tools/call` request, else `_NOT_A_CALL` (so too for a 2026-07-28 host's next
+    leg of a call that asked it something: the call was counted once, at its first leg)."""
     if b"tools/call" not in body and b"\\u" not in body:  # the method can only appear as written
         return _NOT_A_CALL
     try:
@@ -123,6 +136,9 @@ def _tool_call_id(body: bytes) -> Any:
     except ValueError:
         return _NOT_A_CALL
     if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return _NOT_A_CALL
+    params = message.get("params")
+    if isinstance(params, dict) and params.get("requestState") is not None:
         return _NOT_A_CALL
     return message.get("id")
 
@@ -240,6 +256,9 @@ class Gateway:
         self.rate = ratelimit.rate_limiter()
         self.writer = ledger.LedgerWriter()
         self.pool = LoopPool()
+        self.levels = HostLevels()
+        self.subscriptions = ResourceSubscriptions(self, self.pool, _db)
+        self._pending: dict[str, PendingCall] = {}  # request state -> a call waiting for its host's next leg
         self.auth = KeyBackend(self)
         self._key_threads = CheckThreads()
         self.keys: KeyChecks[selectors.KeyStanding] = KeyChecks(
@@ -315,7 +334,7 @@ class Gateway:
             self._handshake_clients.setdefault(identity.agent_id, {})[session_id] = (ctx.session, time.monotonic())
 
     async def session(self, ctx: Any, identity: Identity) -> SessionRef:
-        session_id = (ctx.request.headers.get("mcp-session-id") if ctx.request is not None else None) or ""
+        session_id = _session_id(ctx)
         bucket = (identity.key_id, session_id)
         ref = self._sessions.get(bucket)
         if ref is None:
@@ -341,13 +360,15 @@ class Gateway:
     async def call_tool(self, ctx: Any, params: types.CallToolRequestParams) -> CallResult:
         identity = self.identity(ctx)
         self._track(ctx, identity)
+        if params.request_state is not None:  # a 2026-07-28 host's next leg of a call that asked it something
+            return await self._next_leg(ctx, identity, params)
         if ctx.request is None or not ctx.request.scope.get(RATE_COUNTED):  # e.g. a call inside a batch
             wait = await self.rate.take(identity.key_id, identity.rate_limit_per_minute)
             if wait:
                 raise rate_limited(identity, wait)
         view = await self.view(identity.agent_id)
         arguments = dict(params.arguments or {})
-        name = map_name(params.name, offered=view.offered_names, known=view.granted_names)
+        name = map_name(params.name, offered=view.tool_names, known=view.granted_names)
         tool = view.grants.get(name)
         session = await self.session(ctx, identity)
         actor = GatewayActor(f"gateway:{identity.key_name}", _client_ip(ctx))
@@ -380,17 +401,44 @@ class Gateway:
         if decision.decision == "hold":
             GATEWAY_CALLS.labels(outcome="held").inc()
             return await self._held(ctx, identity, view, session, tool, fields, decision, actor)
-        return await self._forward(identity, view, session, tool, fields, arguments, decision, actor)
+        relay = await self._relay(ctx, identity, view, session, tool)
+        return await self._between_legs(identity, relay, self._forward(ctx, identity, view, session, tool, fields,
+                                                                       arguments, decision, actor, relay))
 
-    async def _forward(self, identity: Identity, view: AgentView, session: SessionRef, tool: GrantedTool,
-                       fields: dict[str, Any], arguments: dict[str, Any], decision: Any,
-                       actor: GatewayActor) -> CallResult:
+    async def _between_legs(self, identity: Identity, relay: CallRelay | None, work: Any) -> Any:
+        """Runs a forwarded call. When its server may ask the host something and the host speaks 2026-07-28 (no
+        request from server to client), the call runs in a task of its own and the host is asked between the
+        legs of its tools/call (`relay.PendingCall`)."""
+        if relay is None or not relay.server.may_ask or not relay.between_legs:
+            return await work
+        pending = relay.pending = PendingCall(identity.key_id, relay)
+        self._pending[pending.state] = pending
+        pending.start(work, on_end=lambda: self._pending.pop(pending.state, None))
+        return await pending.leg()
+
+    async def _next_leg(self, ctx: Any, identity: Identity, params: types.CallToolRequestParams) -> Any:
+        pending = self._pending.get(params.request_state or "")
+        if pending is None or pending.key_id != identity.key_id:
+            raise MCPError(types.INVALID_PARAMS, "This answer belongs to no call this gateway process is sending "
+                                                 "(it ended long ago, or another gateway process holds it): call "
+                                                 "the tool again.")
+        pending.relay_to(ctx)
+        pending.answer(dict(params.input_responses or {}))
+        return await pending.leg()
+
+    async def _forward(self, ctx: Any, identity: Identity, view: AgentView, session: SessionRef, tool: GrantedTool,
+                       fields: dict[str, Any], arguments: dict[str, Any], decision: Any, actor: GatewayActor,
+                       relay: CallRelay | None) -> CallResult:
         decided = timezone.now()
         row_id = None
-        if tool.risk != "read":
+        if tool.risk != "read" or relay is not None:  # a relayed request is recorded against the call's row
             row_id = await _db(ledger.insert_dispatched, org_id=session.org_id, run_id=session.run_id,
                                fields={**fields, "rule": decision.rule, "reason": decision.reason})
-        outcome = await self._call(view, tool, arguments)
+            if relay is not None:
+                relay.trace.tool_call_id = row_id
+        link = relay.link if relay is not None else await HostLink.open(ctx, session.org_id, _db) \
+            if wants_progress(ctx) else None
+        outcome = await self._call(view, tool, arguments, relay=relay, link=link)
         finished = timezone.now()
         record = {**fields, "decision": "allow", "rule": decision.rule, "reason": decision.reason,
                   "decided_at": decided, "dispatched_at": decided, "finished_at": finished, "attempts": 1}
@@ -410,22 +458,51 @@ class Gateway:
             return _error(f"The call failed: {error}")
         return _result(result, payload, findings)
 
-    async def _call(self, view: AgentView, tool: GrantedTool, arguments: dict[str, Any]):
+    async def _relay(self, ctx: Any, identity: Identity, view: AgentView, session: SessionRef,
+                     tool: GrantedTool | None) -> CallRelay | None:
+        """How this call reaches back to its host, when it needs a server session of its own for that: the
+        server may ask for input or a model run (its settings), or the host wants its log messages."""
+        server = view.servers.get(tool.server_id) if tool is not None else None
+        spec = view.specs.get(tool.server_id) if tool is not None else None
+        if server is None or spec is None:
+            return None
+        level = self.levels.of(ctx, (identity.key_id, _session_id(ctx)))
+        if not server.may_ask and not (level and server.logging):
+            return None
+        trace = CallTrace(org_id=session.org_id, run_id=session.run_id, agent_id=identity.agent_id, tool_call_id="",
+                          tool_id=tool.tool_id, tool=tool.qualified_name)
+        return CallRelay(link=await HostLink.open(ctx, session.org_id, _db), server=server, trace=trace, db=_db,
+                         log_level=level if server.logging else None, timeout=spec.timeout_s)
+
+    async def _call(self, view: AgentView, tool: GrantedTool, arguments: dict[str, Any], *,
+                    relay: CallRelay | None = None, link: HostLink | None = None):
         """(result, payload, findings, error, state, error_class) for one forwarded call. A failure's text and an
-        error result are redacted of the org's secrets (the server may quote them back) before anyone sees them."""
-        result, payload, findings, error, state, error_class = await self._call_server(view, tool, arguments)
+        error result are redacted of the org's secrets (the server may quote them back) before anyone sees them.
+        With a `link` that asked for it, the server's progress goes to the host."""
+        progress = link.progress if link is not None and wants_progress(link.ctx) else None
+        result, payload, findings, error, state, error_class = await self._call_server(view, tool, arguments,
+                                                                                       relay, progress)
+        settling = link or (relay.link if relay is not None else None)
+        if settling is not None:  # what the server sent before its answer reaches the host before the answer
+            await settling.settled()
         spec = view.specs.get(tool.server_id)
         if spec is not None and (error or (result is not None and result.is_error)):
             result, payload, findings, error = await _db(_redacted_outcome, spec.org_id, result, payload, findings,
                                                          error)
         return result, payload, findings, error[:4000], state, error_class
 
-    async def _call_server(self, view: AgentView, tool: GrantedTool, arguments: dict[str, Any]):
-        spec = view.specs.get(tool.server_id)
+    async def _call_server(self, view: AgentView, tool: GrantedTool, arguments: dict[str, Any],
+                           relay: CallRelay | None, progress: Any):
         try:
+            spec = await self._spec(view, tool.server_id)
             if spec is None:
                 raise ToolCallFailed(f"The server of {tool.qualified_name} is not available.")
-            result = await self.pool.acall_tool(spec, tool.name, arguments, spec.timeout_s)
+            if relay is not None:
+                result = await self.pool.arelayed_call(spec, tool.name, arguments, spec.timeout_s,
+                                                       callbacks=relay.callbacks(), progress=progress,
+                                                       log_level=relay.log_level, logging_callback=relay.log)
+            else:
+                result = await self.pool.acall_tool(spec, tool.name, arguments, spec.timeout_s, progress=progress)
         except ToolCallTimeout as exc:
             state = CallState.FAILED if tool.risk == "read" else CallState.UNKNOWN
             return None, None, [], str(exc), state, "transient"
@@ -441,6 +518,14 @@ class Gateway:
         state = CallState.FAILED if result.is_error else CallState.SUCCEEDED
         return result, payload, findings, payload["text"] if result.is_error else "", state, \
             "business" if result.is_error else ""
+
+    async def _spec(self, view: AgentView, server_id: str) -> ServerSpec | None:
+        """How to reach the server now: the view's spec, or, once its OAuth access token is due for a refresh,
+        a new one with the refreshed token (ToolCallFailed when the refresh is refused: "needs authorization")."""
+        spec = view.specs.get(server_id)
+        if spec is not None and spec.oauth_refresh_due is not None and time.time() >= spec.oauth_refresh_due:
+            spec = view.specs[server_id] = await _db(_refreshed_spec, server_id)
+        return spec
 
     def _taint_reason(self, session: SessionRef, tool: GrantedTool, findings: list[dict]) -> str:
         reason = ""
@@ -473,7 +558,9 @@ class Gateway:
         while True:
             row = await _db(ledger.follow, str(row.id))
             if row.state == CallState.APPROVED:
-                return await self._run_approved(identity, view, session, row, actor)
+                relay = await self._relay(ctx, identity, view, session, view.grants.get(row.qualified_name))
+                return await self._between_legs(identity, relay, self._run_approved(identity, view, session, row,
+                                                                                    actor, relay))
             if row.state in (CallState.DISPATCHED, CallState.SUCCEEDED, CallState.FAILED, CallState.UNKNOWN):
                 return await self._stored_result(str(row.id), started + wait + 600)
             if row.state in (CallState.REJECTED, CallState.EXPIRED, CallState.DENIED):
@@ -491,7 +578,7 @@ class Gateway:
             await anyio.sleep(min(HOLD_POLL_S, max(0.05, wait - elapsed)))
 
     async def _run_approved(self, identity: Identity, view: AgentView, session: SessionRef, row: Any,
-                            actor: GatewayActor) -> CallResult:
+                            actor: GatewayActor, relay: CallRelay | None) -> CallResult:
         """Checks the approved call again with the registry's live state, then sends it once."""
         tool = view.grants.get(row.qualified_name)
         live = await _db(ledger.live_tool_facts, org_id=identity.org_id, qualified_name=row.qualified_name)
@@ -515,7 +602,11 @@ class Gateway:
             return _error(f"DENIED by Airlock at dispatch: {reason}")
         if not await _db(ledger.claim_approved, str(row.id)):
             return await self._stored_result(str(row.id), time.monotonic() + 600)
-        result, payload, findings, error, state, error_class = await self._call(view, tool, row.effective_arguments)
+        if relay is not None:
+            relay.trace.tool_call_id = str(row.id)
+        # No progress of the server's: the hold's own progress went before, and progress only goes up.
+        result, payload, findings, error, state, error_class = await self._call(view, tool, row.effective_arguments,
+                                                                                relay=relay)
         await _db(ledger.complete_held, str(row.id), state=state, result=payload, error=error,
                   error_class=error_class, findings=findings, actor=actor)
         self._taint_reason(session, tool, findings)
@@ -549,16 +640,10 @@ class Gateway:
         return types.ListResourceTemplatesResult.model_validate({"resourceTemplates": templates})
 
     async def read_resource(self, ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
-        from mcp import MCPError
-
         identity = self.identity(ctx)
         view = await self.view(identity.agent_id)
         uri = str(params.uri)
-        server_id = view.resources[uri][0] if uri in view.resources else next(
-            (sid for sid, t in _template_servers(view) if uri.startswith(t)), None)
-        spec = view.specs.get(server_id or "")
-        if spec is None:
-            raise MCPError(-32002, f"Resource not found: {uri}")
+        spec = await self.resource_server(view, uri)
         try:
             data = await self.pool.aread_resource(spec, uri, spec.timeout_s)
         except ToolCallFailed as exc:
@@ -567,6 +652,16 @@ class Gateway:
         session.tainted = True
         return types.ReadResourceResult.model_validate(data)
 
+    async def resource_server(self, view: AgentView, uri: str) -> ServerSpec:
+        """The spec of the server whose resource the agent may read at `uri`; MCPError "not found" otherwise."""
+        try:
+            spec = await self._spec(view, view.may_read(uri) or "")
+        except ToolCallFailed as exc:
+            raise MCPError(-32603, str(exc)) from None
+        if spec is None:
+            raise MCPError(-32002, f"Resource not found: {uri}")
+        return spec
+
     async def list_prompts(self, ctx: Any, params: Any) -> types.ListPromptsResult:
         identity = self.identity(ctx)
         view = await self.view(identity.agent_id)
@@ -574,19 +669,75 @@ class Gateway:
             {"prompts": [{**p, "name": name} for name, (_, _, p) in view.prompts.items()]})
 
     async def get_prompt(self, ctx: Any, params: types.GetPromptRequestParams) -> types.GetPromptResult:
-        from mcp import MCPError
-
         identity = self.identity(ctx)
         view = await self.view(identity.agent_id)
-        if params.name not in view.prompts:
-            raise MCPError(-32602, f"Unknown prompt: {params.name}")
-        server_id, name, _ = view.prompts[params.name]
-        spec = view.specs[server_id]
+        spec, name = await self._server_of_prompt(view, params.name)
         try:
             data = await self.pool.aget_prompt(spec, name, dict(params.arguments or {}), spec.timeout_s)
         except ToolCallFailed as exc:
             raise MCPError(-32603, await _db(redact_outside, str(exc), org_id=spec.org_id)) from None
         return types.GetPromptResult.model_validate(data)
+
+    async def _server_of_prompt(self, view: AgentView, name: str) -> tuple[ServerSpec, str]:
+        """(spec, the server's own name) of a prompt the agent may use (by its listed name, or the server's
+        when no other server has one so named); MCPError "unknown prompt" otherwise."""
+        qualified = view.prompt_names.get(name)
+        if qualified is None:
+            raise MCPError(-32602, f"Unknown prompt: {name}")
+        server_id, own_name, _ = view.prompts[qualified]
+        try:
+            spec = await self._spec(view, server_id)
+        except ToolCallFailed as exc:
+            raise MCPError(-32603, str(exc)) from None
+        if spec is None:
+            raise MCPError(-32602, f"Unknown prompt: {name}")
+        return spec, own_name
+
+    async def complete(self, ctx: Any, params: types.CompleteRequestParams) -> types.CompleteResult:
+        """`completion/complete` for a prompt's or a resource template's argument, asked of the server that owns
+        it (the prompt under the server's own name). A server that does not complete gets no question: no values."""
+        identity = self.identity(ctx)
+        view = await self.view(identity.agent_id)
+        ref = params.ref
+        if isinstance(ref, types.PromptReference):
+            spec, own_name = await self._server_of_prompt(view, ref.name)
+            ref = types.PromptReference(type="ref/prompt", name=own_name)
+        else:
+            server_id = view.template_server(ref.uri) or view.may_read(ref.uri)
+            spec = await self._spec(view, server_id or "")
+            if spec is None:
+                raise MCPError(-32602, f"Unknown resource template: {ref.uri}")
+        if not view.servers[spec.id].completions:
+            return types.CompleteResult(completion=types.Completion(values=[]))
+        context = dict(params.context.arguments or {}) if params.context else None
+        try:
+            data = await self.pool.acomplete(spec, ref, {"name": params.argument.name, "value": params.argument.value},
+                                             context, spec.timeout_s)
+        except ToolCallFailed as exc:
+            raise MCPError(-32603, await _db(redact_outside, str(exc), org_id=spec.org_id)) from None
+        return types.CompleteResult.model_validate(data)
+
+    async def set_logging_level(self, ctx: Any, params: types.SetLevelRequestParams) -> types.EmptyResult:
+        """The host session's log level: its calls to servers that log then relay their log messages at that
+        level and above, to it alone (apps/gateway/relay.py)."""
+        identity = self.identity(ctx)
+        self.levels.set((identity.key_id, _session_id(ctx)), params.level)
+        return types.EmptyResult()
+
+    # --- resource subscriptions (apps/gateway/subscriptions.py) ------------------------------------
+
+    async def subscribe_resource(self, ctx: Any, params: types.SubscribeRequestParams) -> types.EmptyResult:
+        identity = self.identity(ctx)
+        self._track(ctx, identity)
+        view = await self.view(identity.agent_id)
+        await self.subscriptions.subscribe(view, str(params.uri), ("session", identity.agent_id, _session_id(ctx)))
+        return types.EmptyResult()
+
+    async def unsubscribe_resource(self, ctx: Any, params: types.UnsubscribeRequestParams) -> types.EmptyResult:
+        identity = self.identity(ctx)
+        view = await self.view(identity.agent_id)
+        await self.subscriptions.unsubscribe(view, str(params.uri), ("session", identity.agent_id, _session_id(ctx)))
+        return types.EmptyResult()
 
     def listen_handler(self):
         async def listen(ctx: Any, params: types.SubscriptionsListenRequestParams):
@@ -594,9 +745,21 @@ class Gateway:
             if identity.agent_id not in self._listeners:
                 self._buses[identity.agent_id] = InMemorySubscriptionBus()
                 self._listeners[identity.agent_id] = ListenHandler(self._buses[identity.agent_id])
-            return await self._listeners[identity.agent_id](ctx, params)
+            view = await self.view(identity.agent_id)
+            wanted = params.notifications.resource_subscriptions or []
+            async with self.subscriptions.held(view, wanted, ("listen", identity.agent_id, uuid.uuid4().hex)):
+                return await self._listeners[identity.agent_id](ctx, params)
 
         return listen
+
+    # What the subscriptions ask of the gateway (subscriptions.Hosts)
+
+    def handshake_session(self, agent_id: str, session_id: str) -> Any | None:
+        client = self._handshake_clients.get(agent_id, {}).get(session_id)
+        return client[0] if client is not None else None
+
+    def bus(self, agent_id: str) -> InMemorySubscriptionBus | None:
+        return self._buses.get(agent_id)
 
     # --- background: registry changes, sessions ---------------------------------------------------
 
@@ -689,10 +852,13 @@ class Gateway:
                 await _db(ledger.end_session, session_pk=ref.pk, status="cancelled",
                           reason="A person cancelled this gateway session.")
         cutoff = time.monotonic() - ledger.SESSION_IDLE.total_seconds()
-        for clients in self._handshake_clients.values():
+        for agent_id, clients in self._handshake_clients.items():
             for session_id, (_, at) in list(clients.items()):
                 if at < cutoff:
                     clients.pop(session_id, None)
+                    await self.subscriptions.end(("session", agent_id, session_id), self._views.get(agent_id))
+        self.levels.forget_idle(cutoff)
+        await self.pool.keep_subscriptions()
 
     async def _notify_changed(self, agent_id: str) -> None:
         bus = self._buses.get(agent_id)
@@ -721,13 +887,6 @@ class Gateway:
         self._key_threads.close()
 
 
-def _template_servers(view: AgentView):
-    for server_id, template in view.resource_templates:
-        prefix = template["uriTemplate"].split("{", 1)[0]
-        if prefix:
-            yield server_id, prefix
-
-
 def _redacted_outcome(org_id: str, result: ToolCallResult | None, payload: dict[str, Any] | None,
                       findings: list[dict], error: str) -> tuple[ToolCallResult | None, dict[str, Any] | None,
                                                                  list[dict], str]:
@@ -751,6 +910,15 @@ def _result(result: ToolCallResult, payload: dict[str, Any], findings: list[dict
     if structured is not None:
         wire["structuredContent"] = structured
     return wire
+
+
+def _session_id(ctx: Any) -> str:
+    """The host's MCP session id ('' for a 2026-07-28 host: stateless)."""
+    return (ctx.request.headers.get("mcp-session-id") if ctx.request is not None else None) or ""
+
+
+def _refreshed_spec(server_id: str) -> ServerSpec:
+    return current_spec(server_by_id(server_id))
 
 
 def _client_name(ctx: Any) -> str:

@@ -106,12 +106,17 @@ def _stdio_params(spec: ServerSpec) -> StdioServerParameters:
 @asynccontextmanager
 async def connect(spec: ServerSpec, *, errlog: IO[str] | None = None, message_handler: MessageHandler | None = None,
                   http_errors: list[int] | None = None, elicitation_callback: Any = None,
-                  sampling_callback: Any = None) -> AsyncIterator[Client]:
+                  sampling_callback: Any = None, logging_callback: Any = None,
+                  log_level: str | None = None, stream_opened: anyio.Event | None = None) -> AsyncIterator[Client]:
     """An open, negotiated `Client` for the server. Raises whatever the SDK raises.
 
     `http_errors` collects HTTP error statuses (the SDK reports a 401 as a generic -32603).
     `elicitation_callback` / `sampling_callback`: how a server's requests during a call are answered
-    (apps/registry/host.py); without them the SDK answers "not supported"."""
+    (apps/registry/host.py); without them the SDK answers "not supported". `logging_callback` hears the
+    server's log messages; `log_level` asks a 2026-07-28 server for them (a handshake-era server is asked
+    with `logging/setLevel` once connected). `stream_opened` is set when the server has answered the GET that
+    opens a handshake-era HTTP session's stream for the server's own messages (or refused it), or has shown
+    that there is no session to open one for."""
     if spec.transport == Transport.STDIO:
         transport: Any = stdio_client(_stdio_params(spec), errlog=errlog or sys.stderr)
     else:
@@ -119,6 +124,9 @@ async def connect(spec: ServerSpec, *, errlog: IO[str] | None = None, message_ha
         async def note_status(response: httpx2.Response) -> None:
             if response.status_code >= 400 and http_errors is not None:
                 http_errors.append(response.status_code)
+            if stream_opened is not None and (response.request.method == "GET" or (
+                    response.status_code == 200 and "mcp-session-id" not in response.headers)):
+                stream_opened.set()  # answered, or no session: no such stream will open
 
         http = httpx2.AsyncClient(headers=spec.headers, timeout=httpx2.Timeout(spec.timeout_s),
                                   event_hooks={"response": [note_status]}, transport=guarded_transport(),
@@ -126,7 +134,7 @@ async def connect(spec: ServerSpec, *, errlog: IO[str] | None = None, message_ha
         transport = streamable_http_client(spec.url, http_client=http)
     client = Client(transport, read_timeout_seconds=spec.timeout_s, message_handler=message_handler,
                     client_info=CLIENT_INFO, elicitation_callback=elicitation_callback,
-                    sampling_callback=sampling_callback)
+                    sampling_callback=sampling_callback, logging_callback=logging_callback, log_level=log_level)
     async with client:
         yield client
 

@@ -29,6 +29,7 @@ from mcp import MCPError
 from mcp.types import (
     PromptListChangedNotification,
     ResourceListChangedNotification,
+    ResourceUpdatedNotification,
     ToolListChangedNotification,
 )
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
@@ -36,10 +37,11 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from apps.registry import oauth, selectors
 from apps.registry.connection import ServerSpec, connect, describe_error, spec_for, stderr_tail
 from apps.registry.host import CallHost, declining, hosted
-from apps.registry.models import McpServer
+from apps.registry.models import McpServer, Transport
 
 logger = logging.getLogger(__name__)
 LIST_CHANGED = (ToolListChangedNotification, PromptListChangedNotification, ResourceListChangedNotification)
+STREAM_WAIT_S = 5.0  # how long a call on its own session waits for the server's stream to open
 
 
 class ToolCallFailed(Exception):
@@ -87,8 +89,9 @@ def _enqueue_sync(server_id: str) -> None:
 class _Session:
     """One server's open client, kept alive by its own task until closed or dead."""
 
-    def __init__(self, spec: ServerSpec, on_list_changed: Callable[[str], None]) -> None:
-        self.spec, self.on_list_changed = spec, on_list_changed
+    def __init__(self, spec: ServerSpec, on_list_changed: Callable[[str], None],
+                 on_resource_updated: Callable[[str, str], None] | None = None) -> None:
+        self.spec, self.on_list_changed, self.on_resource_updated = spec, on_list_changed, on_resource_updated
         self.client: Any = None
         self.error = ""
         self.dead = False
@@ -128,6 +131,8 @@ class _Session:
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, LIST_CHANGED):
             self._list_changed()
+        elif isinstance(message, ResourceUpdatedNotification) and self.on_resource_updated is not None:
+            self.on_resource_updated(self.spec.id, str(message.params.uri))
 
     def _list_changed(self) -> None:
         asyncio.get_running_loop().run_in_executor(None, self.on_list_changed, self.spec.id)
@@ -141,6 +146,10 @@ class _Session:
 
 
 class Pool:
+    # Who hears a pooled session's `notifications/resources/updated` (server id, uri): the gateway, which
+    # subscribes on behalf of its hosts. Nobody else subscribes.
+    on_resource_updated: Callable[[str, str], None] | None = None
+
     def __init__(self, on_list_changed: Callable[[str], None] = _enqueue_sync) -> None:
         self.on_list_changed = on_list_changed
         self._sessions: dict[str, _Session] = {}
@@ -193,12 +202,31 @@ class Pool:
         deadline = time.monotonic() + timeout
         callbacks = hosted(spec.name, host, allow_elicitation=allow_elicitation, allow_sampling=allow_sampling,
                            deadline=deadline)
+        return await self._call_on_own_session(spec, tool_name, arguments, timeout, callbacks)
+
+    async def _call_on_own_session(self, spec: ServerSpec, tool_name: str, arguments: dict[str, Any],
+                                   timeout: float, callbacks: dict[str, Any], *, progress: Any = None,
+                                   log_level: str | None = None, logging_callback: Any = None) -> ToolCallResult:
+        """One call on a session opened for it, so that what the server sends during the call belongs to it:
+        `callbacks` answer its elicitation and sampling requests, `progress` hears its progress, and with
+        `log_level` its log messages at that level and above go to `logging_callback`."""
+        deadline = time.monotonic() + timeout
         failure: MCPError | None = None
+        stream = anyio.Event()
         with tempfile.TemporaryFile("w+") as errlog:
             try:
-                async with connect(spec, errlog=errlog, **callbacks) as client:
+                async with connect(spec, errlog=errlog, log_level=log_level, logging_callback=logging_callback,
+                                   stream_opened=stream, **callbacks) as client:
                     try:  # caught in here: leaving the client's task group would wrap it in a group
-                        result = await client.call_tool(tool_name, arguments,
+                        if spec.transport == Transport.HTTP and client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                            # A server may send its requests on the session's own stream rather than the call's:
+                            # sent before that stream is open, they would be lost and the call would wait for them.
+                            with anyio.move_on_after(STREAM_WAIT_S):
+                                await stream.wait()
+                        if log_level and client.server_capabilities.logging is not None and \
+                                client.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+                            await client.set_logging_level(log_level)
+                        result = await client.call_tool(tool_name, arguments, progress_callback=progress,
                                                         read_timeout_seconds=max(deadline - time.monotonic(), 1))
                     except MCPError as exc:
                         failure = exc
@@ -220,7 +248,7 @@ class Pool:
             await session.close()
             session = None
         if session is None:
-            session = self._sessions[spec.id] = _Session(spec, self.on_list_changed)
+            session = self._sessions[spec.id] = _Session(spec, self.on_list_changed, self.on_resource_updated)
         try:
             await asyncio.wait_for(asyncio.shield(session.ready.wait()), timeout=spec.timeout_s)
         except TimeoutError:
@@ -233,10 +261,11 @@ class Pool:
         return session
 
     async def _call(self, spec: ServerSpec, tool_name: str, arguments: dict[str, Any],
-                    timeout: float) -> ToolCallResult:
+                    timeout: float, progress: Any = None) -> ToolCallResult:
         session = await self._session(spec)
         try:
-            result = await session.client.call_tool(tool_name, arguments, read_timeout_seconds=timeout)
+            result = await session.client.call_tool(tool_name, arguments, read_timeout_seconds=timeout,
+                                                    progress_callback=progress)
         except MCPError as exc:
             if exc.code == -32001:
                 raise ToolCallTimeout(f"No answer from {spec.name}.{tool_name} within {timeout:g} s.") from None

@@ -203,7 +203,9 @@ def run_tree(run: Run) -> list[TurnView]:
 
 
 SERVER_REQUEST_EVENTS = ("elicitation.requested", "elicitation.answered", "elicitation.expired", "sampling.held",
-                         "sampling.completed", "sampling.refused", "sampling.requested", "sampling.expired")
+                         "sampling.completed", "sampling.refused", "sampling.requested", "sampling.expired",
+                         # passed to (or refused for) the host of a gateway session: apps/gateway/relay.py
+                         "elicitation.relayed", "elicitation.refused", "sampling.relayed")
 
 
 def server_requests_by_call(run: Run) -> dict[str, list[RunEvent]]:

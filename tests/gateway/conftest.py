@@ -50,6 +50,19 @@ def other_gateway_url(django_db_setup, process_logs):
         yield url
 
 
+@pytest.fixture(scope="module")
+def oauth_gateway(live_url, process_logs):
+    """A gateway that names the live web app as its authorization server: (gateway URL, its log)."""
+    from tests.processes import free_port, gateway_server
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+    with gateway_server(process_logs, port=port, AIRLOCK_GATEWAY_POLL_S="0.3", AIRLOCK_BASE_URL=live_url,
+                        AIRLOCK_GATEWAY_URL=url) as (url, _):
+        yield url, process_logs / f"gateway-{port}.log"
+    wait_for_ledgers(url)
+
+
 @dataclass
 class Setup:
     org: object

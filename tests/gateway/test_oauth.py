@@ -32,24 +32,11 @@ from tests.conftest import signed_in
 from tests.factories import add_member, make_org, owner_of
 from tests.gateway.conftest import OFFERED, wait_for_ledgers
 from tests.gateway.test_policy_and_holds import approve_when_pending
-from tests.processes import free_port, run_async
+from tests.processes import run_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 REFUND = {"order_id": "A-1003", "amount_cents": 700, "request_id": "refund-A-1003"}
-
-
-@pytest.fixture(scope="module")
-def oauth_gateway(live_url, process_logs):
-    """A gateway that names the live web app as its authorization server: (gateway URL, its log)."""
-    from tests.processes import gateway_server
-
-    port = free_port()
-    url = f"http://127.0.0.1:{port}/mcp"
-    with gateway_server(process_logs, port=port, AIRLOCK_GATEWAY_POLL_S="0.3", AIRLOCK_BASE_URL=live_url,
-                        AIRLOCK_GATEWAY_URL=url) as (url, _):
-        yield url, process_logs / f"gateway-{port}.log"
-    wait_for_ledgers(url)
 
 
 class Memory:
