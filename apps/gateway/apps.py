@@ -12,7 +12,8 @@ class GatewayConfig(AppConfig):
         from apps.gateway import changes  # imports models: only once apps are loaded
 
         receivers = [("agents.Agent", changes.agent_changed), ("agents.ToolGrant", changes.grant_changed),
-                     ("registry.Tool", changes.registry_changed), ("registry.McpServer", changes.registry_changed)]
+                     ("registry.Tool", changes.registry_changed), ("registry.McpServer", changes.registry_changed),
+                     ("registry.Resource", changes.registry_changed)]
         for sender, receiver in receivers:
             for signal in (post_save, post_delete):
                 signal.connect(receiver, sender=sender, dispatch_uid=f"gateway.{sender}.{signal is post_save}")

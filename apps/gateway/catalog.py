@@ -17,13 +17,14 @@ from functools import cached_property
 from typing import Any
 
 import mcp.types as types
+from django.db.models import F
 from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 
 from apps.agents.models import Agent, ToolGrant
 from apps.agents.policy import CallFacts, decide
 from apps.registry.connection import ServerSpec, spec_for
 from apps.registry.definitions import reaches_open_world
-from apps.registry.models import McpServer, TrustTier
+from apps.registry.models import McpServer, Resource, ToolState, TrustTier
 from apps.registry.schemas import arguments_problem, input_validator
 
 # Hints a trusted server may set; read-only and destructive always come from Airlock's risk class.
@@ -191,10 +192,15 @@ def load_view(agent_id: str) -> AgentView:
     resources: dict[str, tuple[str, dict[str, Any]]] = {}
     templates: list[tuple[str, dict[str, Any]]] = []
     prompts: dict[str, tuple[str, str, dict[str, Any]]] = {}
+    # A resource is offered as an agent is given one: active and exactly its pinned definition (a new one
+    # awaits its pin, a changed or poisoned one is quarantined).
+    pinned = {(str(sid), uri) for sid, uri in Resource.objects.filter(
+        server_id__in=usable_servers, state=ToolState.ACTIVE, pinned_hash=F("definition_hash")).values_list(
+        "server_id", "uri")}
     for sid in sorted(usable_servers, key=lambda s: servers[s].name):
         server = servers[sid]
         for resource in server.resources or []:
-            if resource.get("uri"):
+            if (sid, resource.get("uri")) in pinned:
                 resources.setdefault(resource["uri"], (sid, resource))
         templates += [(sid, t) for t in server.resource_templates or [] if t.get("uriTemplate")]
         for prompt in server.prompts or []:

@@ -1,8 +1,8 @@
 """Registry and agent changes, told to every gateway process.
 
 A gateway process keeps each agent's view (its offered tools, grants, servers) and each key's
-identity in memory. Whatever changes them - a grant edited, an agent disabled, a tool
-quarantined or pinned, a server disabled or re-synced, a key revoked - is saved through the
+identity in memory. Whatever changes them - a grant edited, an agent disabled, a tool or a
+resource quarantined or pinned, a server disabled or re-synced, a key revoked - is saved through the
 ORM by some process (web, worker, a shell). Receivers connected here (`apps.gateway.apps`)
 turn those saves into one realtime message per organisation and transaction, sent after
 commit to the `gateway.registry` group of the channel layer (Redis, or the embedded
@@ -84,7 +84,7 @@ def grant_changed(sender, instance, **kwargs) -> None:
 
 
 def registry_changed(sender, instance, **kwargs) -> None:
-    """A tool or a server: any agent of the organisation may offer it."""
+    """A tool, a resource or a server: any agent of the organisation may offer it."""
     changed(org_id=instance.org_id)
 
 

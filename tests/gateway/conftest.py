@@ -18,8 +18,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
+from apps.registry import resources
 from apps.registry import services as registry_services
-from apps.registry.models import Tool
+from apps.registry.models import Resource, Tool
 from apps.registry.pool import pool
 from tests.factories import token_for
 
@@ -79,8 +80,9 @@ class Setup:
         return response.json()
 
 
-def register_and_pin(actor, *, read: tuple[str, ...] = (), **fields):
-    """Registers, syncs and pins every tool (as an admin would); `read` tools get the read risk class."""
+def register_and_pin(actor, *, read: tuple[str, ...] = (), pin_resources: bool = True, **fields):
+    """Registers, syncs and pins every tool and resource (as an admin would); `read` tools get the read risk
+    class."""
     server = registry_services.create_server(actor=actor, sync=False, **fields)
     report = registry_services.sync_server(actor=actor, server_id=server.id)
     assert report.status == "ok", report.error
@@ -89,6 +91,8 @@ def register_and_pin(actor, *, read: tuple[str, ...] = (), **fields):
             registry_services.pin_tool(actor=actor, tool_id=tool.id)
         if tool.name in read:
             registry_services.update_tool(actor=actor, tool_id=tool.id, risk="read")
+    for resource in Resource.objects.filter(server=server) if pin_resources else ():
+        resources.pin_resource(actor=actor, resource_id=resource.id)
     return server
 
 

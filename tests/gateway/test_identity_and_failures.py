@@ -161,3 +161,40 @@ def test_resources_and_prompts_of_allowed_servers_are_served(gateway_url, setup)
     assert resources and read.contents
     assert all(p.name.startswith("everything.") for p in prompts) and prompt.messages
     assert not echo.is_error and "hello gateway" in echo.content[0].text
+
+
+def test_a_resource_is_offered_only_while_it_is_active_and_pinned(gateway_url, setup):
+    """A listed resource an agent would not be given (quarantined: changed, poisoned, by an admin) is neither
+    listed nor read through the gateway; re-activated, it is both again."""
+    from apps.registry import resources as registry_resources
+    from apps.registry.models import Resource
+    from tests.gateway.conftest import TEST_MCP
+
+    node_bin = TEST_MCP / "node" / "node_modules" / ".bin"
+    server = register_and_pin(setup.actor, name="everything", transport="stdio", trust_tier="official",
+                              command="node", args=[str(node_bin / "mcp-server-everything"), "stdio"])
+    agent_services.update_agent(actor=setup.actor, agent_id=setup.agent.id, grants=[
+        {"tool": "everything.echo", "policy": "auto"}])
+    key = setup.create_key()["value"]
+    chosen = Resource.objects.filter(server=server, state="active").first()
+
+    async def listed_and_read():
+        async with mcp_client(gateway_url, key, mode="legacy") as client:
+            uris = [str(r.uri) for r in (await client.list_resources()).resources]
+            try:
+                read = await client.read_resource(chosen.uri)
+            except Exception as exc:  # the SDK raises the gateway's MCP error
+                read = exc
+            return uris, read
+
+    uris, read = run_async(listed_and_read())
+    assert chosen.uri in uris and read.contents
+
+    registry_resources.set_resource_state(actor=setup.actor, resource_id=chosen.id, state="quarantined")
+    uris, read = wait_until(lambda: (found := run_async(listed_and_read()))[0] and chosen.uri not in found[0]
+                            and found)
+    assert uris and "Resource not found" in str(read)
+
+    registry_resources.pin_resource(actor=setup.actor, resource_id=chosen.id)  # lifts the quarantine
+    uris, read = wait_until(lambda: (found := run_async(listed_and_read()))[0] and chosen.uri in found[0] and found)
+    assert read.contents and str(read.contents[0].uri) == chosen.uri
