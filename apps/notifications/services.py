@@ -103,7 +103,7 @@ def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any]) -> Notifi
 
 
 def _enqueue_slack(org_id: UUID | str, approval_id: str, event: str) -> None:
-    from apps.notifications import tasks
+    from apps.notifications import tasks  # tasks import this module: a top-level import would be a cycle
 
     task = tasks.post_to_slack if event == "approval.requested" else tasks.update_slack
     task.delay(str(org_id), approval_id)
