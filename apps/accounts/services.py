@@ -18,8 +18,8 @@ from apps.accounts.actors import Actor, system_actor
 from apps.accounts.models import ApiToken, IdentityProvider, Invite, Membership, Organization
 from apps.accounts.roles import RANK, TOKEN_ROLES, Role, token_role
 from apps.audit import services as audit
-from apps.core import realtime
-from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
+from apps.core import egress, realtime
+from apps.core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 
 User = get_user_model()
 TOKEN_PREFIX = "al_"
@@ -350,7 +350,6 @@ def configure_identity_provider(*, actor: Actor, name: str, issuer_url: str, cli
     """Creates or updates the organisation's OpenID Connect provider. A blank `client_secret` keeps the
     stored one (it is write-only). Writes IdentityProvider and an `sso.configured` audit event (no secret).
     Raises PermissionDenied (not owner/admin), ValidationFailed (field errors)."""
-    from apps.core import egress
 
     actor.require("members.manage")
     errors: dict[str, str] = {}
@@ -446,7 +445,6 @@ def _send_invite(*, email: str, org_name: str, inviter: str, role: str, link: st
 
 def revoke_invite(*, actor: Actor, invite_id: UUID | str) -> Invite:
     """Revokes a pending invite: its link stops working. Raises PermissionDenied, NotFound."""
-    from apps.core.errors import NotFound
 
     actor.require("members.manage")
     with transaction.atomic():

@@ -15,6 +15,7 @@ from uuid import UUID
 from django.utils import timezone
 
 from apps.accounts.actors import Actor
+from apps.approvals.forms_schema import content_errors
 from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from apps.approvals.services import already_decided, notification_payload, publish_inbox_count, publish_item
 from apps.audit import services as audit
@@ -61,7 +62,6 @@ def clean_answer(request: ApprovalRequest, *, text: str = "", action: str = "",
         raise ValidationFailed("Choose accept, decline or cancel.", {"action": "Choose accept, decline or cancel."})
     if action != "accept":
         return {"action": action}
-    from apps.approvals.forms_schema import content_errors
 
     errors = content_errors(request.context.get("schema") or {}, content)
     if errors:

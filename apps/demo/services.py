@@ -24,6 +24,8 @@ from apps.accounts.actors import system_actor
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
 from apps.core.errors import NotFound
+from apps.costs import selectors as costs
+from apps.costs import services as costs_services
 from apps.costs.pricing import EXAMPLE_PRICE_NOTE
 from apps.crews.models import Crew
 from apps.demo.agents_and_crews import REFUND_DESK, seed_agents_and_crews
@@ -121,8 +123,6 @@ def _seed_example_price(actor) -> bool:
 
     from django.utils import timezone
 
-    from apps.costs import selectors as costs
-    from apps.costs import services as costs_services
 
     if any(p.model == "scripted" for p in costs.org_prices(org_id=actor.org_id)):
         return False

@@ -51,7 +51,7 @@ def main() -> None:
     django.setup()
     from django.db import close_old_connections
 
-    from apps.gateway import ledger
+    from apps.gateway import ledger  # models: only after django.setup() in this fresh process
 
     source = sys.stdin.buffer
     while True:

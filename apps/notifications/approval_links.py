@@ -33,6 +33,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from apps.accounts.actors import Actor
+from apps.accounts.models import Membership
+from apps.audit.redaction import redact
 from apps.core.errors import Conflict, NotFound
 from apps.notifications.models import ApprovalLink, Notification
 
@@ -92,7 +94,6 @@ def send_approval_emails(*, notification: Notification) -> int:
 def mail_question(*, request: Any, emails: list[str]) -> int:
     """Mails a pending question to those of `emails` who are in its group (`context["ask"]`), each with
     their own answer link. Returns how many mails were sent."""
-    from apps.accounts.models import Membership
     from apps.approvals.questions import GROUP_ROLES  # later app: approvals notify through this app
 
     if not request.is_pending:
@@ -121,8 +122,6 @@ def mail_question(*, request: Any, emails: list[str]) -> int:
 def mail_request(*, request: Any, emails: list[str], reason: str) -> int:
     """Mails a pending request to those of `emails` who are approvers of its org, each with their own
     links (`reason`: request, reminder or escalation). Returns how many mails were sent."""
-    from apps.accounts.models import Membership
-    from apps.audit.redaction import redact
 
     if not request.is_pending:
         return 0

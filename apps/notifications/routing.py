@@ -18,8 +18,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.accounts.actors import Actor
+from apps.accounts.models import Membership
 from apps.audit import services as audit
-from apps.core.errors import ValidationFailed
+from apps.core.errors import NotFound, ValidationFailed
+from apps.notifications import slack
+from apps.notifications.approval_links import mail_request
 from apps.notifications.models import ApprovalNudge, ApprovalRoute
 
 CHANNELS = ("email", "slack")
@@ -28,7 +31,6 @@ APPROVER_ROLES = ("owner", "admin", "approver")
 
 
 def _emails(org_id: UUID | str, values: list[str], field: str, errors: dict[str, str]) -> list[str]:
-    from apps.accounts.models import Membership
 
     wanted = sorted({(v or "").strip().lower() for v in values or [] if (v or "").strip()})
     known = {e.lower() for e in Membership.objects.filter(org_id=org_id, role__in=APPROVER_ROLES)
@@ -82,7 +84,6 @@ def set_route(*, actor: Actor, crew_id: UUID | str | None = None, risk: str = ""
 
 
 def delete_route(*, actor: Actor, route_id: UUID | str) -> None:
-    from apps.core.errors import NotFound
 
     actor.require("members.manage")
     with transaction.atomic():
@@ -140,7 +141,6 @@ def audience(org_id: UUID | str, payload: dict[str, Any]) -> Audience | None:
 
 def people_of(org_id: UUID | str, emails: list[str]) -> list[str]:
     """The approvers among `emails` (all approvers when empty), as their accounts spell them."""
-    from apps.accounts.models import Membership
 
     members = Membership.objects.filter(org_id=org_id, role__in=APPROVER_ROLES)
     if emails:
@@ -149,7 +149,6 @@ def people_of(org_id: UUID | str, emails: list[str]) -> list[str]:
 
 
 def _spellings(org_id: UUID | str, emails: list[str]) -> list[str]:
-    from apps.accounts.models import Membership
 
     wanted = {e.lower() for e in emails}
     return [e for e in Membership.objects.filter(org_id=org_id).values_list("user__email", flat=True)
@@ -204,8 +203,6 @@ def nudge_due() -> dict[str, int]:
 def _ask(route: ApprovalRoute, request: Any, people: list[str], reason: str) -> int:
     """Asks `people` on the route's channels: their own email links, a mention in the Slack thread.
     Returns 1 when anyone was asked (for beat's count)."""
-    from apps.notifications import slack
-    from apps.notifications.approval_links import mail_request
 
     asked = mail_request(request=request, emails=people, reason=reason) if "email" in route.channels else 0
     if "slack" in route.channels:

@@ -38,6 +38,7 @@ from apps.audit.org_secrets import redact_outside
 from apps.audit.redaction import redact
 from apps.core.egress import guarded_transport, save_time_error
 from apps.core.errors import NotFound, ValidationFailed
+from apps.notifications.approval_links import send_approval_emails
 from apps.notifications.models import (
     EVENTS,
     DeliveryStatus,
@@ -47,6 +48,7 @@ from apps.notifications.models import (
     Webhook,
     WebhookDelivery,
 )
+from apps.notifications.routing import audience
 
 EVENT_NAME = re.compile(r"^[a-z_]+(\.[a-z_]+)+$")
 BACKOFF_S = (30, 120, 600, 1800, 3600)  # after attempt 1, 2, ...; the last repeats
@@ -73,11 +75,9 @@ def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any]) -> Notifi
     emails = _email_recipients(org_id, event, payload)
     slack = (event in SLACK_EVENTS and payload.get("kind") in MAILED_KINDS
              and SlackConnection.objects.filter(org_id=org_id, enabled=True).exists())
-    if event == "approval.requested":
-        from apps.notifications.routing import audience
-
-        if (routed := audience(org_id, payload)) is not None:  # the crew's or the risk's route decides
-            emails, slack = routed.emails, slack and routed.slack
+    if event == "approval.requested" and (routed := audience(org_id, payload)) is not None:
+        # the crew's or the risk's route decides
+        emails, slack = routed.emails, slack and routed.slack
     if slack:  # posts the held call, or updates its message once decided (apps.notifications.slack)
         approval_id = str(payload["approval_id"])
         transaction.on_commit(lambda: _enqueue_slack(org_id, approval_id, event))
@@ -103,7 +103,7 @@ def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any]) -> Notifi
 
 
 def _enqueue_slack(org_id: UUID | str, approval_id: str, event: str) -> None:
-    from apps.notifications import tasks
+    from apps.notifications import tasks  # tasks import this module: a top-level import would be a cycle
 
     task = tasks.post_to_slack if event == "approval.requested" else tasks.update_slack
     task.delay(str(org_id), approval_id)
@@ -287,7 +287,6 @@ def send_email(*, notification_id: UUID | str) -> bool:
     if not notification.email_to:
         return False
     if notification.event == "approval.requested" and notification.payload.get("kind") in MAILED_KINDS:
-        from apps.notifications.approval_links import send_approval_emails
 
         return send_approval_emails(notification=notification) > 0  # each person's own links
     label = EVENTS.get(notification.event, notification.event)

@@ -29,7 +29,10 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.signature import SignatureVerifier
 
 from apps.accounts.actors import Actor
+from apps.accounts.models import Membership
 from apps.audit import services as audit
+from apps.audit.redaction import redact
+from apps.core.egress import check_url
 from apps.core.errors import Conflict, NotFound, PermissionDenied, ValidationFailed
 from apps.notifications.models import SlackConnection, SlackPost
 
@@ -106,7 +109,6 @@ def connection_of(org_id: UUID | str) -> SlackConnection | None:
 
 def client(connection: SlackConnection) -> WebClient:
     """A Web API client for the connection; the API's host is checked by the egress guard first."""
-    from apps.core.egress import check_url
 
     base_url = settings.AIRLOCK_SLACK_API_URL
     check_url(base_url)
@@ -155,7 +157,6 @@ def question_blocks(request: Any, *, interactive: bool) -> list[dict[str, Any]]:
 
 def message_blocks(request: Any, *, interactive: bool) -> list[dict[str, Any]]:
     """Tool, risk, why it waits, arguments, who asked; the buttons while it is pending, else who decided."""
-    from apps.audit.redaction import redact
 
     if request.kind == "question":
         return question_blocks(request, interactive=interactive)
@@ -265,7 +266,6 @@ def verify(connection: SlackConnection, *, body: bytes, headers: dict[str, str])
 def member_for(connection: SlackConnection, slack_user_id: str, *, deciding: bool = True) -> Actor:
     """The member this Slack user is, by the email Slack has verified; with `deciding`, one who may decide
     approvals (a question's group is checked by the answer itself). Raises PermissionDenied."""
-    from apps.accounts.models import Membership
 
     try:
         user = client(connection).users_info(user=slack_user_id)["user"]

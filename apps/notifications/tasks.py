@@ -5,7 +5,7 @@ from __future__ import annotations
 from celery import shared_task
 from slack_sdk.errors import SlackApiError
 
-from apps.notifications import services
+from apps.notifications import routing, services, slack
 
 
 @shared_task
@@ -29,20 +29,17 @@ SLACK_RETRY = {"autoretry_for": (OSError, SlackApiError), "retry_backoff": 30, "
 
 @shared_task(**SLACK_RETRY)
 def post_to_slack(org_id: str, approval_id: str) -> bool:
-    from apps.notifications import slack
 
     return slack.post_approval(org_id=org_id, approval_id=approval_id) is not None
 
 
 @shared_task(**SLACK_RETRY)
 def update_slack(org_id: str, approval_id: str) -> bool:
-    from apps.notifications import slack
 
     return slack.close_post(org_id=org_id, approval_id=approval_id)
 
 
 @shared_task
 def nudge_approvals() -> dict[str, int]:
-    from apps.notifications import routing
 
     return routing.nudge_due()

@@ -120,7 +120,7 @@ def _follow_vote(run: Run, request: ApprovalRequest, *, actor: Actor, decision: 
         tracing.record("approval.wait", start=request.created_at, end=request.decided_at,
                        parent=trace_parent(run.id), run_id=run.id, decision=request.status,
                        approval_id=request.id, title=request.title, by=actor.label)
-    return _resume_if_ready(run, enqueue=False)
+    return resume_if_ready(run, enqueue=False)
 
 
 def expire_due_approvals() -> int:
@@ -143,7 +143,7 @@ def expire_due_approvals() -> int:
                     and not run.is_finished:
                 append_event(run.id, "approval.decided", approval_id=str(request.id),
                              tool_call_id=str(request.tool_call_id), decision=request.status, by="expiry")
-                _resume_if_ready(run)
+                resume_if_ready(run)
     return expired
 
 
@@ -170,7 +170,7 @@ WHERE id = %s AND status = 'waiting'
 """
 
 
-def _resume_if_ready(run: Run, *, enqueue: bool = True) -> bool:
+def resume_if_ready(run: Run, *, enqueue: bool = True) -> bool:
     """Caller holds the run row lock. Waiting and nothing pending -> queued, resume enqueued on commit
     (`enqueue=False`: the caller enqueues it). Says whether the run was queued."""
     if run.status != RunStatus.WAITING:
@@ -214,5 +214,5 @@ def resolve_unknown_call(*, actor: Actor, tool_call_id: UUID | str, outcome: str
             run.attention = writes_not_done(run_id=run.id, tools=run.snapshot.get("tools", {}))
             run.save(update_fields=["attention", "updated_at"])
         approvals.publish_inbox_count(org_id=actor.org_id)  # one item fewer in the inbox
-        _resume_if_ready(run)
+        resume_if_ready(run)
     return row

@@ -19,6 +19,7 @@ from apps.approvals.models import ApprovalKind, ApprovalRequest
 from apps.core.errors import NotFound
 from apps.runs.ledger import append_event
 from apps.runs.models import Run
+from apps.runs.queue import enqueue
 
 ANSWERABLE = (ApprovalKind.QUESTION, ApprovalKind.ELICITATION)
 
@@ -29,8 +30,7 @@ def answer(*, actor: Actor, approval_id: UUID | str, text: str = "", action: str
     question whose run has nothing else pending, resumes the run. Writes the request, its audit row and a run
     event (`question.answered` / `elicitation.answered`). Raises NotFound, PermissionDenied (not in the asked
     group), Conflict (already answered or expired), ValidationFailed (field errors)."""
-    from apps.runs.decisions import _resume_if_ready  # decisions imports the engine, which imports us
-    from apps.runs.queue import enqueue as _enqueue
+    from apps.runs.decisions import resume_if_ready  # decisions imports the engine, which imports us
 
     with transaction.atomic():
         request = (ApprovalRequest.objects.select_for_update()
@@ -46,6 +46,6 @@ def answer(*, actor: Actor, approval_id: UUID | str, text: str = "", action: str
         append_event(run.id, f"{request.kind}.answered", approval_id=str(request.id),
                      tool_call_id=str(request.tool_call_id) if request.tool_call_id else None, by=actor.label,
                      at=request.decided_at.isoformat(), answer=cleaned)
-        if request.kind == ApprovalKind.QUESTION and _resume_if_ready(run, enqueue=False):
-            transaction.on_commit(lambda: _enqueue(run.id, resume=True))
+        if request.kind == ApprovalKind.QUESTION and resume_if_ready(run, enqueue=False):
+            transaction.on_commit(lambda: enqueue(run.id, resume=True))
     return request

@@ -31,6 +31,7 @@ from apps.audit import services as audit
 from apps.core.errors import Conflict, ValidationFailed
 from apps.costs import selectors as budgets
 from apps.runs import history, queue, selectors, services, trial
+from apps.runs.engine.model import idempotency_argument
 from apps.runs.ledger import append_event, publish_status
 from apps.runs.messages import dump_messages, load_messages
 from apps.runs.models import CallState, Run, RunOrigin, RunStep, StepKind, ToolCall
@@ -209,7 +210,6 @@ def _replayed_history(turn: RunStep, llm: RunStep, call: ToolCall, arguments: di
     from pydantic_ai.messages import ModelResponse, ToolCallPart
     from pydantic_ai.usage import RequestUsage
 
-    from apps.runs.engine.model import idempotency_argument
 
     history = load_messages(turn.messages)
     nth = RunStep.objects.filter(parent=turn, kind=StepKind.LLM, position__lt=llm.position).count()

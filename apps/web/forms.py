@@ -7,6 +7,7 @@ from django import forms
 from django.contrib.auth.forms import AuthenticationForm
 
 from apps.accounts.roles import ROLE_HELP, TOKEN_ROLES, Role
+from apps.accounts.selectors import sso_required_for
 from apps.approvals.models import ApprovalRequest
 from apps.core.errors import ValidationFailed
 
@@ -20,7 +21,6 @@ class EmailAuthenticationForm(AuthenticationForm):
 
     def confirm_login_allowed(self, user):
         super().confirm_login_allowed(user)
-        from apps.accounts.selectors import sso_required_for
 
         idp = sso_required_for(user)
         if idp is not None:

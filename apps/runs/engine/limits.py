@@ -14,6 +14,7 @@ from typing import Any
 from uuid import UUID
 
 from apps.costs.pricing import price_call
+from apps.costs.selectors import call_refusal
 
 DEFAULT_MAX_TOKENS = 1024
 REPEAT_LIMIT = 2  # the same tool + arguments may run twice; the second repeat stops the run
@@ -78,7 +79,6 @@ def dollar_budget(ctx: PreCallContext) -> LimitHit | None:
 
 def org_budgets(ctx: PreCallContext) -> LimitHit | None:
     """The org's budgets (Costs page): monthly for the org, the crew and the agent, and per run."""
-    from apps.costs.selectors import call_refusal
 
     if not ctx.has_budgets:
         return None

@@ -31,6 +31,7 @@ from apps.approvals import services as approvals
 from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from apps.costs import services as costs
 from apps.costs.pricing import price_call
+from apps.registry.pool import call_spec, pool
 from apps.runs.engine.limits import DEFAULT_MAX_TOKENS, PreCallContext, check_before_call
 from apps.runs.ledger import Totals, append_event, append_events
 from apps.runs.models import Run
@@ -229,7 +230,6 @@ def may_ask(server: Any) -> bool:
 def hosted_call(store: Any, *, row: Any, tool: dict[str, Any], agent: dict[str, Any], server: Any,
                 arguments: dict[str, Any]) -> Any:
     """The call on its own session, its server's requests answered for this run. Raises as `call_tool`."""
-    from apps.registry.pool import call_spec, pool
 
     spec = call_spec(tool["server_id"], org_id=store.run.org_id, server=server)
     host = for_call(store, row=row, tool=tool, agent=agent, server=server)

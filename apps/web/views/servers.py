@@ -14,6 +14,7 @@ from apps.core.encryption import decrypt, encrypt
 from apps.core.errors import Conflict, ValidationFailed
 from apps.registry import resources, selectors, services
 from apps.registry.models import TRUST_TIER_HELP, Risk, ServerStatus, ToolState, Transport, TrustTier
+from apps.registry.oauth import Pending
 from apps.web.access import member_required, post_only
 from apps.web.forms import apply_domain_errors
 from apps.web.tables import sorted_page
@@ -331,7 +332,6 @@ def server_authorize(request: HttpRequest, server_id) -> HttpResponse:
 def server_oauth_callback(request: HttpRequest) -> HttpResponse:
     """Where the authorization server sends the admin's browser back. Only the pending flow of this session
     (same state) is completed; it is used once."""
-    from apps.registry.oauth import Pending
 
     stored = request.session.pop(OAUTH_SESSION_KEY, None)
     if not stored:
