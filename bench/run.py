@@ -10,9 +10,10 @@ crew run against CrewAI, in its own var/bench/crewai).
 `--quick` is a smoke mode (small sizes, few passes).
 
 It builds its own environment for the comparisons (var/bench/venv with bench/requirements.txt: LangGraph +
-langgraph-checkpoint-postgres; the comparison runs there as a subprocess printing JSON), uses dedicated
-databases on DATABASE_URL's server (`airlock_bench_run` for us, `airlock_bench_langgraph` for LangGraph;
-dropped and recreated each time) and Redis database 14 of REDIS_URL's server, and prints one table:
+langgraph-checkpoint-postgres; the comparison runs there as a subprocess printing JSON), creates its own
+databases on DATABASE_URL's server (`airlock_bench_run_<pid>_<time>` for us, `airlock_bench_langgraph_...` for
+LangGraph) and takes an empty Redis database of REDIS_URL's server (bench/scratch.py); at the end it drops and
+flushes only those, never a database it did not create. It prints one table:
 metric, ours, theirs, ratio, target, pass/fail. Each figure is the median of its samples (all steps of
 all passes, or one sample per pass), with min and p95 in the JSON written to bench/results/<timestamp>.json.
 The machine is shared and noisy: absolute numbers drift between runs, the ratios (both sides measured
@@ -22,6 +23,7 @@ in the same run, alternating) are what the targets are about. Not part of the te
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import itertools
 import json
@@ -32,13 +34,11 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "var" / "bench" / "venv"
 REQUIREMENTS = ROOT / "bench" / "requirements.txt"
 RESULTS = ROOT / "bench" / "results"
-OURS_DB, THEIRS_DB = "airlock_bench_run", "airlock_bench_langgraph"
 METRICS = ("steps", "bytes", "approval", "events", "gateway", "history", "pages", "memory", "tokens")
 
 sys.path.insert(0, str(ROOT))
@@ -76,34 +76,19 @@ def ensure_venv() -> Path:
     return python
 
 
-def database_urls() -> tuple[str, str, str]:
-    """(admin URL, ours, theirs) on DATABASE_URL's server; both databases fresh."""
-    import psycopg
-
+def admin_database_url() -> str:
     url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/airlock"
     if not url.startswith("postgres"):
         sys.exit("bench/run.py needs Postgres (DATABASE_URL=postgres://...): the comparison is about Postgres.")
-    parsed = urlparse(url)
-    admin = urlunparse(parsed._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        for name in (OURS_DB, THEIRS_DB):
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}"')
-    return (url, urlunparse(parsed._replace(path=f"/{OURS_DB}")),
-            urlunparse(parsed._replace(path=f"/{THEIRS_DB}")))
+    return url
 
 
-def bench_redis() -> str:
-    url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
-    return urlunparse(urlparse(url)._replace(path="/14"))
-
-
-def configure(ours_url: str) -> None:
+def configure(ours_url: str, redis_url: str) -> None:
     """Settings for this process and the worker/web processes it starts: production-like (DEBUG off)."""
     from cryptography.fernet import Fernet
 
     os.environ.update({
-        "DATABASE_URL": ours_url, "REDIS_URL": bench_redis(), "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DATABASE_URL": ours_url, "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "config.settings",
         "DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "SECURE_SSL_REDIRECT": "0", "AIRLOCK_CHANNEL_PREFIX": "airlock-bench",
         # A 100-step run calls its one tool 100 times: the per-run cap (20 by default) is still checked
@@ -119,9 +104,6 @@ def configure(ours_url: str) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    import redis
-
-    redis.Redis.from_url(bench_redis()).flushdb()
 
 
 def theirs(python: Path, db: str, mode: str, **options) -> dict:
@@ -459,11 +441,21 @@ def main(argv: list[str] | None = None) -> dict:
     unknown = set(only) - set(METRICS)
     if unknown:
         parser.error(f"unknown metric(s): {', '.join(sorted(unknown))}")
+    from bench import scratch
+
+    admin_url = admin_database_url()
+    with contextlib.ExitStack() as room:  # our own databases and Redis database, dropped and flushed at the end
+        ours_db = room.enter_context(scratch.database(admin_url, "airlock_bench_run"))
+        theirs_db = room.enter_context(scratch.database(admin_url, "airlock_bench_langgraph"))
+        redis_url = room.enter_context(scratch.redis_db(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"))
+        return measure(args, only, admin_url, ours_db, theirs_db, redis_url)
+
+
+def measure(args, only: list[str], admin_url: str, ours_db: str, theirs_db: str, redis_url: str) -> dict:
     started = time.monotonic()
     needs_theirs = bool({"steps", "bytes", "approval"} & set(only))
     python = ensure_venv() if needs_theirs else None
-    admin_url, ours_db, theirs_db = database_urls()
-    configure(ours_db)
+    configure(ours_db, redis_url)
     from bench import engine
 
     sizes = [5, 20] if args.quick else [5, 20, 100]
@@ -518,9 +510,12 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"\n{'quick ' if args.quick else ''}run in {report['seconds']} s; load average "
           f"{report['machine']['load'][0]:.1f} on {report['machine']['cpus']} CPUs; results: "
           f"{out.relative_to(ROOT)}")
+    from django.db import connections
+
     from apps.registry.pool import pool
 
     pool.close_all()
+    connections.close_all()
     return report
 
 
