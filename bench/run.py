@@ -2,11 +2,12 @@
 
     .venv/bin/python bench/run.py [--quick] [--only NAME[,NAME]] [--passes N]
 
-NAME: steps (per-step overhead and its flatness), bytes (stored per run), approval (decision -> approved
-call started), events (commit -> websocket frame, burst, publish cost), gateway (bench/gateway.py: against
-mcp-proxy and ContextForge, installed under var/bench/peers/), history (bench/history.py), pages
-(bench/pages.py: page loads at 10,000 runs), memory (worker RSS), tokens (bench/tokens.py: input tokens per
-crew run against CrewAI, in its own var/bench/crewai).
+NAME: steps (per-step overhead and its flatness), bytes (stored per run), write (per-step overhead with a
+write tool), fixed (start -> first model call), whole (a whole run's time at 5, 20, 100 steps), written (WAL
+bytes written per run), approval (decision -> approved call started), events (commit -> websocket frame,
+burst, publish cost), gateway (bench/gateway.py: against mcp-proxy and ContextForge, installed under
+var/bench/peers/), history (bench/history.py), pages (bench/pages.py: page loads at 10,000 runs), memory
+(worker RSS), tokens (bench/tokens.py: input tokens per crew run against CrewAI, in its own var/bench/crewai).
 `--quick` is a smoke mode (small sizes, few passes).
 
 It builds its own environment for the comparisons (var/bench/venv with bench/requirements.txt: LangGraph +
@@ -39,7 +40,9 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "var" / "bench" / "venv"
 REQUIREMENTS = ROOT / "bench" / "requirements.txt"
 RESULTS = ROOT / "bench" / "results"
-METRICS = ("steps", "bytes", "approval", "events", "gateway", "history", "pages", "memory", "tokens")
+METRICS = ("steps", "bytes", "write", "fixed", "whole", "written", "approval", "events",
+           "gateway", "history", "pages", "memory", "tokens")
+RUN_SIZES = [5, 20, 100]  # the fixed, whole and written sections
 
 sys.path.insert(0, str(ROOT))
 
@@ -117,11 +120,11 @@ def theirs(python: Path, db: str, mode: str, **options) -> dict:
 
 
 def merge(into: dict, part: dict) -> None:
+    """Adds one pass's samples (step_ms, run_ms, first_ms, bytes, wal_bytes, ... per size) to `into`."""
     for size, values in part["sizes"].items():
         slot = into.setdefault("sizes", {}).setdefault(size, {"step_ms": [], "run_ms": [], "bytes": []})
-        slot["step_ms"] += values["step_ms"]
-        slot["run_ms"] += values["run_ms"]
-        slot["bytes"] += values.get("bytes", [])
+        for key, samples in values.items():
+            slot.setdefault(key, []).extend(samples)
     if "bytes" in part:
         into.setdefault("bytes", {"per_run": []})["per_run"] += part["bytes"]["per_run"]
         into["bytes"]["rows"] = part["bytes"]["rows"]
@@ -241,7 +244,7 @@ def run_steps(args, python, theirs_db, setup, report, table) -> None:
         theirs_data["sizes"][first]["step_ms"])
     table.add(f"per-step flatness ({last} vs {first} steps)", flat, flat_theirs, compare=False,
               target="ours <= 1.25", ok=flat <= 1.25)
-    report["_bytes"] = (ours_data, theirs_data)
+    report["_bytes"] = report["_runs"] = (ours_data, theirs_data)
 
 
 def run_bytes(args, python, theirs_db, setup, report, table) -> None:
@@ -271,6 +274,97 @@ def run_bytes(args, python, theirs_db, setup, report, table) -> None:
     growth = ours_per[-1] / ours_per[0]
     table.add("bytes per step: later steps / earlier", growth, theirs_per[-1] / theirs_per[0], compare=False,
               target="ours 0.9-1.1", ok=0.9 <= growth <= 1.1)
+
+
+def median_of(data: dict, size: int, key: str) -> float:
+    return statistics.median(data["sizes"][str(size)][key])
+
+
+def rounds_of(args) -> int:
+    return args.passes or (2 if args.quick else 5)
+
+
+def side_runs(args, python, theirs_db, setup, report) -> tuple[dict, dict]:
+    """(ours, theirs): runs of 5, 20 and 100 steps with the read tool, one of each size per side per round,
+    the sides in turn. The steps section's when it ran these sizes (its full size), else measured here once
+    for the fixed, whole and written sections."""
+    from bench import engine
+
+    runs = report.get("_runs")
+    if runs and all(str(n) in runs[0]["sizes"] for n in RUN_SIZES):
+        return runs
+    ours_data, theirs_data = {}, {}
+    for _ in range(rounds_of(args)):
+        merge(theirs_data, theirs(python, theirs_db, "steps", sizes=",".join(map(str, RUN_SIZES)), passes=1,
+                                  bytes_size=0))
+        merge(ours_data, engine.steps(setup, RUN_SIZES, 1, 0))
+    report["_runs"] = (ours_data, theirs_data)
+    return ours_data, theirs_data
+
+
+def run_write(args, python, theirs_db, setup, report, table) -> None:
+    """Per-step overhead with a write tool: ours calls `bench.record` (risk write, policy auto: `dispatched` is
+    committed before the call leaves, no early path) on the same stdio server; theirs an in-process `record`
+    tool, which LangGraph runs as any other tool. Our read step is measured in the same rounds (the note)."""
+    from bench import engine
+
+    ours_data, theirs_data, ours_read = {}, {}, {}
+    for _ in range(rounds_of(args)):
+        merge(theirs_data, theirs(python, theirs_db, "steps", sizes="20", passes=1, bytes_size=0, tool="record"))
+        merge(ours_data, engine.steps(setup, [20], 1, 0, tool="record"))
+        merge(ours_read, engine.steps(setup, [20], 1, 0))
+    o, t, read = (median_of(d, 20, "step_ms") for d in (ours_data, theirs_data, ours_read))
+    report["write"] = {"ours": summary(ours_data["sizes"]["20"]["step_ms"]),
+                       "theirs": summary(theirs_data["sizes"]["20"]["step_ms"]),
+                       "ours_read": summary(ours_read["sizes"]["20"]["step_ms"]),
+                       "tool": "bench.record over stdio MCP (risk write, policy auto)",
+                       "theirs_tool": "record: an in-process @tool function storing into a dict"}
+    table.add("per-step overhead, write tool, 20 steps (median)", o, t, unit=" ms", target="info", ok=None,
+              note=f"LangGraph has no separate write path; ours, read tool, same rounds: {read:.2f} ms")
+
+
+def run_fixed(args, python, theirs_db, setup, report, table) -> None:
+    """What a run costs before its first step: ours from `start_run` to the first model request the scripted
+    model sees (the run row, its claim, the crew's task, the conversation's start); theirs from `invoke` to
+    the first model call (the first node). All run sizes pooled."""
+    ours_data, theirs_data = side_runs(args, python, theirs_db, setup, report)
+    ours, theirs_ = ([x for n in RUN_SIZES for x in d["sizes"][str(n)]["first_ms"]] for d in (ours_data, theirs_data))
+    report["fixed"] = {"ours": summary(ours), "theirs": summary(theirs_)}
+    table.add("fixed cost per run: start -> first model call", statistics.median(ours), statistics.median(theirs_),
+              unit=" ms", target="info", ok=None, note="ours: start_run -> scripted model; theirs: invoke -> "
+              "first node")
+
+
+def run_whole(args, python, theirs_db, setup, report, table) -> None:
+    """A whole run's time, start to its end (ours: `start_run` + `drive_run`; theirs: `invoke`), per size."""
+    ours_data, theirs_data = side_runs(args, python, theirs_db, setup, report)
+    report["whole"] = {side: {str(n): summary(d["sizes"][str(n)]["run_ms"]) for n in RUN_SIZES}
+                       for side, d in (("ours", ours_data), ("theirs", theirs_data))}
+    for n in RUN_SIZES:
+        o, t = median_of(ours_data, n, "run_ms"), median_of(theirs_data, n, "run_ms")
+        table.add(f"whole run, {n} steps (median)", o, t, unit=" ms",
+                  target="ratio <= 0.75" if n == 5 else "info", ok=o / t <= 0.75 if n == 5 else None)
+
+
+def run_written(args, python, theirs_db, setup, report, table) -> None:
+    """Bytes written per run, not only those kept: the WAL Postgres wrote during the run (pg_wal_lsn_diff of
+    pg_current_wal_lsn() before and after). WAL is server-wide: each side runs while the other is idle, but
+    anything else on the server (other sessions, autovacuum, a checkpoint's full-page writes) counts too, so
+    the figure is the median over the rounds. The database's growth (pg_database_size) is an info row."""
+    ours_data, theirs_data = side_runs(args, python, theirs_db, setup, report)
+    report["written"] = {side: {str(n): {"wal_bytes": summary(d["sizes"][str(n)]["wal_bytes"]),
+                                         "grown_bytes": summary(d["sizes"][str(n)]["grown_bytes"])}
+                                for n in (20, 100)} for side, d in (("ours", ours_data), ("theirs", theirs_data))}
+    o, t = (median_of(d, 20, "wal_bytes") for d in (ours_data, theirs_data))
+    table.add("bytes written per run (WAL, 20 steps)", int(o), int(t), target="ratio <= 0.1", ok=o / t <= 0.1,
+              note=f"server-wide WAL, other side idle, median of {len(ours_data['sizes']['20']['wal_bytes'])}")
+    og, tg = (median_of(d, 20, "grown_bytes") for d in (ours_data, theirs_data))
+    table.add("  database growth per run (20 steps)", int(og), int(tg), target="info", ok=None,
+              note="pg_database_size after - before (whole pages)")
+    per_step = {side: (median_of(d, 100, "wal_bytes") / 100) / (median_of(d, 20, "wal_bytes") / 20)
+                for side, d in (("ours", ours_data), ("theirs", theirs_data))}
+    table.add("written bytes per step, 100 vs 20 steps", per_step["ours"], per_step["theirs"], compare=False,
+              target="constant (<= 1.25)", ok=per_step["ours"] <= 1.25)
 
 
 def run_approval(args, python, theirs_db, admin_url, report, table) -> None:
@@ -453,13 +547,12 @@ def main(argv: list[str] | None = None) -> dict:
 
 def measure(args, only: list[str], admin_url: str, ours_db: str, theirs_db: str, redis_url: str) -> dict:
     started = time.monotonic()
-    needs_theirs = bool({"steps", "bytes", "approval"} & set(only))
+    needs_theirs = bool({"steps", "bytes", "write", "fixed", "whole", "written", "approval"} & set(only))
     python = ensure_venv() if needs_theirs else None
     configure(ours_db, redis_url)
     from bench import engine
 
-    sizes = [5, 20] if args.quick else [5, 20, 100]
-    setup = engine.setup([1, *sizes])
+    setup = engine.setup([1, 5, 20, 100])
     report: dict = {"started": datetime.now(UTC).isoformat(), "quick": args.quick, "metrics": only,
                     "machine": {"cpus": os.cpu_count(), "load": os.getloadavg()}}
     table = Table()
@@ -479,6 +572,12 @@ def measure(args, only: list[str], admin_url: str, ours_db: str, theirs_db: str,
         run_bytes(args, python, theirs_db, setup, report, table)
         save()
     report.pop("_bytes", None)
+    for name, section in (("whole", run_whole), ("written", run_written), ("fixed", run_fixed),
+                          ("write", run_write)):
+        if name in only:
+            section(args, python, theirs_db, setup, report, table)
+            save()
+    report.pop("_runs", None)
     if "approval" in only:
         run_approval(args, python, theirs_db, admin_url, report, table)
         save()
