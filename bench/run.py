@@ -4,10 +4,12 @@
 
 NAME: steps (per-step overhead and its flatness), bytes (stored per run), write (per-step overhead with a
 write tool), fixed (start -> first model call), whole (a whole run's time at 5, 20, 100 steps), written (WAL
-bytes written per run), approval (decision -> approved call started), events (commit -> websocket frame,
-burst, publish cost), gateway (bench/gateway.py: against mcp-proxy and ContextForge, installed under
-var/bench/peers/), history (bench/history.py), pages (bench/pages.py: page loads at 10,000 runs), memory
-(worker RSS), tokens (bench/tokens.py: input tokens per crew run against CrewAI, in its own var/bench/crewai).
+bytes written per run), floor (a Postgres commit and a bare MCP call, against our step), embedded (ours on
+SQLite with no Redis: per step and approval), approval (decision -> approved call started), events (commit ->
+websocket frame, burst, publish cost), gateway (bench/gateway.py: against mcp-proxy and ContextForge,
+installed under var/bench/peers/), history (bench/history.py), pages (bench/pages.py: page loads at 10,000
+runs), memory (worker RSS), tokens (bench/tokens.py: input tokens per crew run against CrewAI, in its own
+var/bench/crewai).
 `--quick` is a smoke mode (small sizes, few passes).
 
 It builds its own environment for the comparisons (var/bench/venv with bench/requirements.txt: LangGraph +
@@ -24,14 +26,17 @@ in the same run, alternating) are what the targets are about. Not part of the te
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import hashlib
 import itertools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "var" / "bench" / "venv"
 REQUIREMENTS = ROOT / "bench" / "requirements.txt"
 RESULTS = ROOT / "bench" / "results"
-METRICS = ("steps", "bytes", "write", "fixed", "whole", "written", "approval", "events",
+METRICS = ("steps", "bytes", "write", "fixed", "whole", "written", "floor", "approval", "embedded", "events",
            "gateway", "history", "pages", "memory", "tokens")
 RUN_SIZES = [5, 20, 100]  # the fixed, whole and written sections
 
@@ -367,6 +372,130 @@ def run_written(args, python, theirs_db, setup, report, table) -> None:
               target="constant (<= 1.25)", ok=per_step["ours"] <= 1.25)
 
 
+def floor_samples(db_url: str, samples: int) -> dict[str, list[float]]:
+    """The floor of a read step, bare: one Postgres commit round trip (an INSERT committed on its own, psycopg)
+    and one MCP `tools/call` to bench/lookup_server.py (the MCP SDK's client, stdio, one session kept open),
+    each alone, both at once (asyncio.gather: a read's commit and call overlap in our engine) and in turn. ms."""
+    return asyncio.run(_floor_samples(db_url, samples))
+
+
+async def _floor_samples(db_url: str, samples: int) -> dict[str, list[float]]:
+    import psycopg
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "bench.lookup_server"], cwd=str(ROOT))
+    out: dict[str, list[float]] = {"commit": [], "call": [], "overlapped": [], "in_turn": []}
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn, \
+            Client(params, read_timeout_seconds=60) as client:
+        await conn.execute("CREATE TABLE IF NOT EXISTS bench_floor_commit (id bigserial PRIMARY KEY, body text)")
+
+        async def commit() -> None:
+            await conn.execute("INSERT INTO bench_floor_commit (body) VALUES (%s)", ("step",))
+
+        async def call() -> None:
+            result = await client.call_tool("lookup", {"n": 1})
+            assert not result.is_error, result
+
+        async def both() -> None:
+            await asyncio.gather(commit(), call())
+
+        async def in_turn() -> None:
+            await commit()
+            await call()
+
+        kinds = {"commit": commit, "call": call, "overlapped": both, "in_turn": in_turn}
+        for index in range(samples + 3):  # three warm-up rounds
+            for kind, work in kinds.items():
+                started = time.perf_counter()
+                await work()
+                if index >= 3:
+                    out[kind].append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def run_floor(args, setup, ours_db: str, report, table) -> None:
+    """Our read step against the floor under it, in the same rounds: a 20-step run of ours, then the floor's
+    samples (floor_samples), each round."""
+    from bench import engine
+
+    ours_data, floor = {}, {"commit": [], "call": [], "overlapped": [], "in_turn": []}
+    for _ in range(rounds_of(args)):
+        merge(ours_data, engine.steps(setup, [20], 1, 0))
+        for kind, values in floor_samples(ours_db, 10 if args.quick else 20).items():
+            floor[kind] += values
+    step = median_of(ours_data, 20, "step_ms")
+    report["floor"] = {"ours_step": summary(ours_data["sizes"]["20"]["step_ms"]),
+                       **{kind: summary(values) for kind, values in floor.items()}}
+    commit, call, both, in_turn = (statistics.median(floor[k]) for k in ("commit", "call", "overlapped", "in_turn"))
+    table.add("floor: Postgres commit round trip (median)", commit, unit=" ms", target="info", ok=None,
+              note="INSERT, autocommit, psycopg, on a table of the bench database")
+    table.add("floor: bare MCP stdio call (median)", call, unit=" ms", target="info", ok=None,
+              note="MCP SDK client, one session kept open, lookup(n)")
+    table.add("floor: commit and call overlapped (median)", both, unit=" ms", target="info", ok=None,
+              note="asyncio.gather of the two")
+    table.add("floor: commit and call in turn (median)", in_turn, unit=" ms", target="info", ok=None)
+    table.add("our step ÷ floor (overlapped)", step, both, unit=" ms", target="<= 2.0", ok=step / both <= 2.0,
+              note="ours: read step, 20 steps, same rounds")
+
+
+def embedded_steps(passes: int) -> None:
+    """In a child process with no DATABASE_URL / REDIS_URL: our 20-step runs on SQLite, printed as JSON."""
+    os.chdir(ROOT)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from bench import engine
+
+    setup = engine.setup([20])
+    data = engine.steps(setup, [20], passes, 0)["sizes"]["20"]
+    from apps.registry.pool import pool
+
+    pool.close_all()
+    print(json.dumps({"step_ms": data["step_ms"], "run_ms": data["run_ms"]}))
+
+
+def embedded_env(folder: Path) -> dict[str, str]:
+    """This process's settings without Postgres and Redis: the embedded mode, its var/ folder `folder`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "AIRLOCK_CHANNEL_PREFIX")}
+    return {**env, "AIRLOCK_VAR_DIR": str(folder)}
+
+
+def run_embedded(args, setup, report, table) -> None:
+    """Ours with no DATABASE_URL / REDIS_URL (SQLite, the filesystem broker, the in-memory channel layer), as
+    `scripts/run` starts it on a laptop: per step (a child process with a var/ folder of its own, against ours
+    on Postgres in this process right after) and approval latency (bench/approval.py's embedded measurement,
+    or the approval section's when it ran)."""
+    from bench import engine
+
+    passes = rounds_of(args)
+    folder = Path(tempfile.mkdtemp(prefix="run-embedded-", dir=ROOT / "var" / "bench"))
+    try:
+        code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.run import embedded_steps; " \
+               f"embedded_steps({passes})"
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=embedded_env(folder), capture_output=True,
+                              text=True)
+        if done.returncode:
+            raise RuntimeError(f"embedded steps failed:\n{done.stderr[-3000:]}")
+        steps = json.loads(done.stdout.strip().splitlines()[-1])["step_ms"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    on_postgres = engine.steps(setup, [20], passes, 0)["sizes"]["20"]["step_ms"]
+    approval = report.get("approval", {}).get("summary", {}).get("embedded", {})
+    if not approval.get("n"):
+        from bench.approval import measure_embedded
+
+        approval = summary([x["ms"] for x in measure_embedded(argparse.Namespace(samples=5 if args.quick else 20))])
+    report["embedded"] = {"step_ms": summary(steps), "postgres_step_ms": summary(on_postgres), "approval_ms": approval}
+    table.add("embedded: per-step overhead, 20 steps (median)", statistics.median(steps),
+              statistics.median(on_postgres), unit=" ms", target="info", ok=None,
+              note="theirs = ours on Postgres + Redis, right after")
+    table.add("embedded: approval decision -> call started", approval["median"], unit=" ms", target="info",
+              ok=None, note="bench/approval.py, SQLite + filesystem broker")
+
+
 def run_approval(args, python, theirs_db, admin_url, report, table) -> None:
     """bench/approval.py (its own database, Redis db, web process, worker and LangGraph's server): a decision
     POSTed to the web process -> the approved call started at the MCP server, against LangGraph's server and the
@@ -578,8 +707,14 @@ def measure(args, only: list[str], admin_url: str, ours_db: str, theirs_db: str,
             section(args, python, theirs_db, setup, report, table)
             save()
     report.pop("_runs", None)
+    if "floor" in only:
+        run_floor(args, setup, ours_db, report, table)
+        save()
     if "approval" in only:
         run_approval(args, python, theirs_db, admin_url, report, table)
+        save()
+    if "embedded" in only:
+        run_embedded(args, setup, report, table)
         save()
     if "memory" in only:
         from bench import live
