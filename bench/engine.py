@@ -207,6 +207,25 @@ def written_bytes(before: tuple[str, int], after: tuple[str, int]) -> tuple[int,
         return int(cursor.fetchone()[0]), after[1] - before[1]
 
 
+def table_sizes() -> dict[str, int]:
+    """pg_total_relation_size of every table of the database (with its indexes and TOAST)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT relname, pg_total_relation_size(relid) FROM pg_stat_user_tables")
+        return dict(cursor.fetchall())
+
+
+def growth_by_table(s: Setup, size: int) -> dict[str, int]:
+    """The tables one run of `size` steps made grow, in bytes, largest first."""
+    with as_a_worker():
+        before = table_sizes()
+        one_run(s, size)
+        after = table_sizes()
+    grown = {name: after[name] - before.get(name, 0) for name in after}
+    return {name: grown[name] for name in sorted(grown, key=grown.get, reverse=True) if grown[name]}
+
+
 @contextmanager
 def as_a_worker() -> Iterator[None]:
     """The engine inline with a worker's database session (apps/core/db.py: generic plans allowed); the

@@ -355,11 +355,15 @@ def run_written(args, python, theirs_db, setup, report, table) -> None:
     """Bytes written per run, not only those kept: the WAL Postgres wrote during the run (pg_wal_lsn_diff of
     pg_current_wal_lsn() before and after). WAL is server-wide: each side runs while the other is idle, but
     anything else on the server (other sessions, autovacuum, a checkpoint's full-page writes) counts too, so
-    the figure is the median over the rounds. The database's growth (pg_database_size) is an info row."""
+    the figure is the median over the rounds. The database's growth (pg_database_size) is an info row; the
+    JSON has which of our tables one 100-step run made grow."""
+    from bench import engine
+
     ours_data, theirs_data = side_runs(args, python, theirs_db, setup, report)
     report["written"] = {side: {str(n): {"wal_bytes": summary(d["sizes"][str(n)]["wal_bytes"]),
                                          "grown_bytes": summary(d["sizes"][str(n)]["grown_bytes"])}
                                 for n in (20, 100)} for side, d in (("ours", ours_data), ("theirs", theirs_data))}
+    report["written"]["ours_growth_by_table_100"] = engine.growth_by_table(setup, 100)  # where the bytes go
     o, t = (median_of(d, 20, "wal_bytes") for d in (ours_data, theirs_data))
     table.add("bytes written per run (WAL, 20 steps)", int(o), int(t), target="ratio <= 0.1", ok=o / t <= 0.1,
               note=f"server-wide WAL, other side idle, median of {len(ours_data['sizes']['20']['wal_bytes'])}")
