@@ -2,7 +2,7 @@
 
 Runs in the bench venv (var/bench/venv, bench/requirements.txt), never in the project's:
 
-    var/bench/venv/bin/python bench/langgraph_side.py steps  --db URL --sizes 5,20,100 --passes 5 [--tool mcp]
+    var/bench/venv/bin/python bench/langgraph_side.py steps  --db URL --sizes 5,20,100 --passes 5 [--tool mcp|record]
     var/bench/venv/bin/python bench/langgraph_side.py resume --db URL --passes 20
 
 and prints one JSON object on stdout. The agent is `langgraph.prebuilt.create_react_agent` (in
@@ -25,13 +25,19 @@ deciding from the message history only, like Airlock's scripted model; the tool 
   thread of its own and the adapter's (async-only) tool gets a sync `func` that runs its coroutine
   there, so the graph, `invoke` and the sync PostgresSaver stay exactly as in the default mode (Airlock's
   pool works the same way: a loop thread the engine's thread hands each call to).
+- `record` (the write-step row): a plain in-process `@tool` `record(n)` that stores record n in a dict and
+  returns it, as bench/lookup_server.py's `record` does. LangGraph has no separate path for a write: the
+  tool node runs it as it runs `lookup`.
 
 - steps: for each size, `passes` runs; the time between consecutive model calls (one step: the
   model's answer stored, the tool run, its result stored, the next model call) for every step
   (`step_ms`), the time spent inside the tool per step (`tool_ms`: the tool function's body, or the
   whole adapter call including the hop to the session's loop) and their difference (`net_ms`), the
-  run's total time, and for the 20-step runs the bytes the run left in the checkpoint tables
-  (pg_column_size of its rows in checkpoints, checkpoint_blobs, checkpoint_writes).
+  run's total time (`run_ms`), the time from `invoke` to the first model call (`first_ms`: the first node
+  running), the WAL written during the run (`wal_bytes`: pg_wal_lsn_diff around `invoke`, server-wide) and
+  the database's growth (`grown_bytes`: pg_database_size around it), and for the 20-step runs the bytes the
+  run left in the checkpoint tables (pg_column_size of its rows in checkpoints, checkpoint_blobs,
+  checkpoint_writes).
 - resume: a tool that calls `interrupt()` first (human in the loop); after the pause, the time
   from `invoke(Command(resume=True))` to the tool's code running past the interrupt, warm.
 """
@@ -168,6 +174,20 @@ def _tool_ms(calls: list[float], tools: list[tuple[float, float]]) -> list[float
             for a, b in itertools.pairwise(calls)]
 
 
+RECORDS: dict[int, str] = {}
+
+
+@tool
+def record(n: int) -> str:
+    """Stores record n and returns it (2 KB of text)."""
+    entered = time.perf_counter()
+    try:
+        RECORDS[n] = lookup_result(n)
+        return RECORDS[n]
+    finally:
+        TOOL_CALLS.append((entered, time.perf_counter()))
+
+
 @tool
 def refund(n: int) -> str:
     """A call a person must approve first."""
@@ -193,15 +213,29 @@ SELECT (SELECT count(*) FROM checkpoints WHERE thread_id = %(t)s) AS checkpoints
 """
 
 
+WRITTEN_SQL = "SELECT pg_current_wal_lsn()::text AS lsn, pg_database_size(current_database()) AS size"
+
+
+def written_bytes(saver: PostgresSaver, before: dict) -> tuple[int, int]:
+    """(WAL bytes, database growth) since `before` (a row of WRITTEN_SQL)."""
+    with saver.conn.cursor() as cur:
+        after = cur.execute(WRITTEN_SQL).fetchone()
+        wal = cur.execute("SELECT pg_wal_lsn_diff(%s::pg_lsn, %s::pg_lsn) AS d", (after["lsn"], before["lsn"]))
+        return int(wal.fetchone()["d"]), int(after["size"]) - int(before["size"])
+
+
 def steps(saver: PostgresSaver, sizes: list[int], passes: int, bytes_size: int, lookup_tool=lookup) -> dict:
     out: dict = {"sizes": {}}
     for size in sizes:
-        graph = create_react_agent(ScriptedChat(steps=size), [lookup_tool], checkpointer=saver)
-        intervals, tool_ms, totals, stored, rows = [], [], [], [], None
+        graph = create_react_agent(ScriptedChat(steps=size, tool_name=lookup_tool.name), [lookup_tool],
+                                   checkpointer=saver)
+        intervals, tool_ms, totals, firsts, stored, wal, grown, rows = [], [], [], [], [], [], [], None
         for index in range(passes + 1):  # the first run warms the graph and the connection
             thread = str(uuid.uuid4())
             MODEL_CALLS.clear()
             TOOL_CALLS.clear()
+            with saver.conn.cursor() as cur:
+                before = cur.execute(WRITTEN_SQL).fetchone()
             started = time.perf_counter()
             result = graph.invoke({"messages": [("user", "go")]},
                                   {"configurable": {"thread_id": thread}, "recursion_limit": 2 * size + 10},
@@ -213,15 +247,20 @@ def steps(saver: PostgresSaver, sizes: list[int], passes: int, bytes_size: int, 
             assert len(answers) == size and _text(answers[-1]) == lookup_result(size - 1), answers[-1]
             if index == 0:
                 continue
+            wal_bytes, grown_bytes = written_bytes(saver, before)
+            wal.append(wal_bytes)
+            grown.append(grown_bytes)
             intervals += [(b - a) * 1000 for a, b in itertools.pairwise(MODEL_CALLS)]
             tool_ms += _tool_ms(MODEL_CALLS, TOOL_CALLS)
             totals.append(total * 1000)
+            firsts.append((MODEL_CALLS[0] - started) * 1000)
             with saver.conn.cursor() as cur:
                 stored.append(int(cur.execute(BYTES_SQL, {"t": thread}).fetchone()["bytes"]))
                 rows = dict(cur.execute(ROWS_SQL, {"t": thread}).fetchone())
         out["sizes"][str(size)] = {"step_ms": intervals, "tool_ms": tool_ms,
                                    "net_ms": [step - call for step, call in zip(intervals, tool_ms, strict=True)],
-                                   "run_ms": totals, "bytes": stored}
+                                   "run_ms": totals, "first_ms": firsts, "bytes": stored, "wal_bytes": wal,
+                                   "grown_bytes": grown}
         if size == bytes_size:
             out["bytes"] = {"size": size, "per_run": stored, "rows": rows}
     return out
@@ -250,8 +289,9 @@ def main() -> None:
     parser.add_argument("--sizes", default="5,20,100")
     parser.add_argument("--passes", type=int, default=5)
     parser.add_argument("--bytes-size", type=int, default=20)
-    parser.add_argument("--tool", choices=["python", "mcp"], default="python",
-                        help="steps: the lookup tool in-process (default) or bench/lookup_server.py over stdio MCP")
+    parser.add_argument("--tool", choices=["python", "mcp", "record"], default="python",
+                        help="steps: the lookup tool in-process (default), bench/lookup_server.py over stdio MCP, "
+                             "or the in-process write tool `record`")
     parser.add_argument("--server-python", default=str(ROOT / ".venv" / "bin" / "python"),
                         help="--tool mcp: the Python that runs bench/lookup_server.py (the project's)")
     args = parser.parse_args()
@@ -264,7 +304,8 @@ def main() -> None:
             with McpLookup(args.server_python) as mcp_lookup:
                 report = steps(saver, sizes, args.passes, args.bytes_size, lookup_tool=mcp_lookup.tool)
         elif args.mode == "steps":
-            report = steps(saver, sizes, args.passes, args.bytes_size)
+            tool_fn = record if args.tool == "record" else lookup
+            report = steps(saver, sizes, args.passes, args.bytes_size, lookup_tool=tool_fn)
         else:
             report = resume(saver, args.passes)
     from importlib.metadata import version

@@ -2,17 +2,21 @@
 
     .venv/bin/python bench/run.py [--quick] [--only NAME[,NAME]] [--passes N]
 
-NAME: steps (per-step overhead and its flatness), bytes (stored per run), approval (decision -> approved
-call started), events (commit -> websocket frame, burst, publish cost), gateway (bench/gateway.py: against
-mcp-proxy and ContextForge, installed under var/bench/peers/), history (bench/history.py), pages
-(bench/pages.py: page loads at 10,000 runs), memory (worker RSS), tokens (bench/tokens.py: input tokens per
-crew run against CrewAI, in its own var/bench/crewai).
+NAME: steps (per-step overhead and its flatness), bytes (stored per run), write (per-step overhead with a
+write tool), fixed (start -> first model call), whole (a whole run's time at 5, 20, 100 steps), written (WAL
+bytes written per run), floor (a Postgres commit and a bare MCP call, against our step), embedded (ours on
+SQLite with no Redis: per step and approval), approval (decision -> approved call started), events (commit ->
+websocket frame, burst, publish cost), gateway (bench/gateway.py: against mcp-proxy and ContextForge,
+installed under var/bench/peers/), history (bench/history.py), pages (bench/pages.py: page loads at 10,000
+runs), memory (worker RSS), tokens (bench/tokens.py: input tokens per crew run against CrewAI, in its own
+var/bench/crewai).
 `--quick` is a smoke mode (small sizes, few passes).
 
 It builds its own environment for the comparisons (var/bench/venv with bench/requirements.txt: LangGraph +
-langgraph-checkpoint-postgres; the comparison runs there as a subprocess printing JSON), uses dedicated
-databases on DATABASE_URL's server (`airlock_bench_run` for us, `airlock_bench_langgraph` for LangGraph;
-dropped and recreated each time) and Redis database 14 of REDIS_URL's server, and prints one table:
+langgraph-checkpoint-postgres; the comparison runs there as a subprocess printing JSON), creates its own
+databases on DATABASE_URL's server (`airlock_bench_run_<pid>_<time>` for us, `airlock_bench_langgraph_...` for
+LangGraph) and takes an empty Redis database of REDIS_URL's server (bench/scratch.py); at the end it drops and
+flushes only those, never a database it did not create. It prints one table:
 metric, ours, theirs, ratio, target, pass/fail. Each figure is the median of its samples (all steps of
 all passes, or one sample per pass), with min and p95 in the JSON written to bench/results/<timestamp>.json.
 The machine is shared and noisy: absolute numbers drift between runs, the ratios (both sides measured
@@ -22,24 +26,28 @@ in the same run, alternating) are what the targets are about. Not part of the te
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import hashlib
 import itertools
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / "var" / "bench" / "venv"
 REQUIREMENTS = ROOT / "bench" / "requirements.txt"
 RESULTS = ROOT / "bench" / "results"
-OURS_DB, THEIRS_DB = "airlock_bench_run", "airlock_bench_langgraph"
-METRICS = ("steps", "bytes", "approval", "events", "gateway", "history", "pages", "memory", "tokens")
+METRICS = ("steps", "bytes", "write", "fixed", "whole", "written", "floor", "approval", "embedded", "events",
+           "gateway", "history", "pages", "memory", "tokens")
+RUN_SIZES = [5, 20, 100]  # the fixed, whole and written sections
 
 sys.path.insert(0, str(ROOT))
 
@@ -76,34 +84,19 @@ def ensure_venv() -> Path:
     return python
 
 
-def database_urls() -> tuple[str, str, str]:
-    """(admin URL, ours, theirs) on DATABASE_URL's server; both databases fresh."""
-    import psycopg
-
+def admin_database_url() -> str:
     url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/airlock"
     if not url.startswith("postgres"):
         sys.exit("bench/run.py needs Postgres (DATABASE_URL=postgres://...): the comparison is about Postgres.")
-    parsed = urlparse(url)
-    admin = urlunparse(parsed._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        for name in (OURS_DB, THEIRS_DB):
-            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            conn.execute(f'CREATE DATABASE "{name}"')
-    return (url, urlunparse(parsed._replace(path=f"/{OURS_DB}")),
-            urlunparse(parsed._replace(path=f"/{THEIRS_DB}")))
+    return url
 
 
-def bench_redis() -> str:
-    url = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
-    return urlunparse(urlparse(url)._replace(path="/14"))
-
-
-def configure(ours_url: str) -> None:
+def configure(ours_url: str, redis_url: str) -> None:
     """Settings for this process and the worker/web processes it starts: production-like (DEBUG off)."""
     from cryptography.fernet import Fernet
 
     os.environ.update({
-        "DATABASE_URL": ours_url, "REDIS_URL": bench_redis(), "DJANGO_SETTINGS_MODULE": "config.settings",
+        "DATABASE_URL": ours_url, "REDIS_URL": redis_url, "DJANGO_SETTINGS_MODULE": "config.settings",
         "DEBUG": "0", "SECRET_KEY": "bench-only-" + "x" * 40, "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "SECURE_SSL_REDIRECT": "0", "AIRLOCK_CHANNEL_PREFIX": "airlock-bench",
         # A 100-step run calls its one tool 100 times: the per-run cap (20 by default) is still checked
@@ -119,9 +112,6 @@ def configure(ours_url: str) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    import redis
-
-    redis.Redis.from_url(bench_redis()).flushdb()
 
 
 def theirs(python: Path, db: str, mode: str, **options) -> dict:
@@ -135,11 +125,11 @@ def theirs(python: Path, db: str, mode: str, **options) -> dict:
 
 
 def merge(into: dict, part: dict) -> None:
+    """Adds one pass's samples (step_ms, run_ms, first_ms, bytes, wal_bytes, ... per size) to `into`."""
     for size, values in part["sizes"].items():
         slot = into.setdefault("sizes", {}).setdefault(size, {"step_ms": [], "run_ms": [], "bytes": []})
-        slot["step_ms"] += values["step_ms"]
-        slot["run_ms"] += values["run_ms"]
-        slot["bytes"] += values.get("bytes", [])
+        for key, samples in values.items():
+            slot.setdefault(key, []).extend(samples)
     if "bytes" in part:
         into.setdefault("bytes", {"per_run": []})["per_run"] += part["bytes"]["per_run"]
         into["bytes"]["rows"] = part["bytes"]["rows"]
@@ -259,7 +249,7 @@ def run_steps(args, python, theirs_db, setup, report, table) -> None:
         theirs_data["sizes"][first]["step_ms"])
     table.add(f"per-step flatness ({last} vs {first} steps)", flat, flat_theirs, compare=False,
               target="ours <= 1.25", ok=flat <= 1.25)
-    report["_bytes"] = (ours_data, theirs_data)
+    report["_bytes"] = report["_runs"] = (ours_data, theirs_data)
 
 
 def run_bytes(args, python, theirs_db, setup, report, table) -> None:
@@ -289,6 +279,238 @@ def run_bytes(args, python, theirs_db, setup, report, table) -> None:
     growth = ours_per[-1] / ours_per[0]
     table.add("bytes per step: later steps / earlier", growth, theirs_per[-1] / theirs_per[0], compare=False,
               target="ours 0.9-1.1", ok=0.9 <= growth <= 1.1)
+
+
+def median_of(data: dict, size: int, key: str) -> float:
+    return statistics.median(data["sizes"][str(size)][key])
+
+
+def rounds_of(args) -> int:
+    return args.passes or (2 if args.quick else 5)
+
+
+def side_runs(args, python, theirs_db, setup, report) -> tuple[dict, dict]:
+    """(ours, theirs): runs of 5, 20 and 100 steps with the read tool, one of each size per side per round,
+    the sides in turn. The steps section's when it ran these sizes (its full size), else measured here once
+    for the fixed, whole and written sections."""
+    from bench import engine
+
+    runs = report.get("_runs")
+    if runs and all(str(n) in runs[0]["sizes"] for n in RUN_SIZES):
+        return runs
+    ours_data, theirs_data = {}, {}
+    for _ in range(rounds_of(args)):
+        merge(theirs_data, theirs(python, theirs_db, "steps", sizes=",".join(map(str, RUN_SIZES)), passes=1,
+                                  bytes_size=0))
+        merge(ours_data, engine.steps(setup, RUN_SIZES, 1, 0))
+    report["_runs"] = (ours_data, theirs_data)
+    return ours_data, theirs_data
+
+
+def run_write(args, python, theirs_db, setup, report, table) -> None:
+    """Per-step overhead with a write tool: ours calls `bench.record` (risk write, policy auto: `dispatched` is
+    committed before the call leaves, no early path) on the same stdio server; theirs an in-process `record`
+    tool, which LangGraph runs as any other tool. Our read step is measured in the same rounds (the note)."""
+    from bench import engine
+
+    ours_data, theirs_data, ours_read = {}, {}, {}
+    for _ in range(rounds_of(args)):
+        merge(theirs_data, theirs(python, theirs_db, "steps", sizes="20", passes=1, bytes_size=0, tool="record"))
+        merge(ours_data, engine.steps(setup, [20], 1, 0, tool="record"))
+        merge(ours_read, engine.steps(setup, [20], 1, 0))
+    o, t, read = (median_of(d, 20, "step_ms") for d in (ours_data, theirs_data, ours_read))
+    report["write"] = {"ours": summary(ours_data["sizes"]["20"]["step_ms"]),
+                       "theirs": summary(theirs_data["sizes"]["20"]["step_ms"]),
+                       "ours_read": summary(ours_read["sizes"]["20"]["step_ms"]),
+                       "tool": "bench.record over stdio MCP (risk write, policy auto)",
+                       "theirs_tool": "record: an in-process @tool function storing into a dict"}
+    table.add("per-step overhead, write tool, 20 steps (median)", o, t, unit=" ms", target="info", ok=None,
+              note=f"LangGraph has no separate write path; ours, read tool, same rounds: {read:.2f} ms")
+
+
+def run_fixed(args, python, theirs_db, setup, report, table) -> None:
+    """What a run costs before its first step: ours from `start_run` to the first model request the scripted
+    model sees (the run row, its claim, the crew's task, the conversation's start); theirs from `invoke` to
+    the first model call (the first node). All run sizes pooled."""
+    ours_data, theirs_data = side_runs(args, python, theirs_db, setup, report)
+    ours, theirs_ = ([x for n in RUN_SIZES for x in d["sizes"][str(n)]["first_ms"]] for d in (ours_data, theirs_data))
+    report["fixed"] = {"ours": summary(ours), "theirs": summary(theirs_)}
+    table.add("fixed cost per run: start -> first model call", statistics.median(ours), statistics.median(theirs_),
+              unit=" ms", target="info", ok=None, note="ours: start_run -> scripted model; theirs: invoke -> "
+              "first node")
+
+
+def tail_ms(data: dict, n: int) -> list[float]:
+    """Per run of n steps: the time from its last model call to its end (run_ms - first_ms - its n steps)."""
+    slot = data["sizes"][str(n)]
+    return [total - first - sum(slot["step_ms"][i * n:(i + 1) * n])
+            for i, (total, first) in enumerate(zip(slot["run_ms"], slot["first_ms"], strict=True))]
+
+
+def run_whole(args, python, theirs_db, setup, report, table) -> None:
+    """A whole run's time, start to its end (ours: `start_run` + `drive_run`; theirs: `invoke`), per size; the
+    JSON splits it into start -> first model call, the steps, and last model call -> end (`tail`)."""
+    ours_data, theirs_data = side_runs(args, python, theirs_db, setup, report)
+    report["whole"] = {side: {str(n): {"run_ms": summary(d["sizes"][str(n)]["run_ms"]),
+                                       "first_ms": summary(d["sizes"][str(n)]["first_ms"]),
+                                       "tail_ms": summary(tail_ms(d, n))} for n in RUN_SIZES}
+                       for side, d in (("ours", ours_data), ("theirs", theirs_data))}
+    for n in RUN_SIZES:
+        o, t = median_of(ours_data, n, "run_ms"), median_of(theirs_data, n, "run_ms")
+        ends = ", ".join(f"{side} {report['whole'][side][str(n)]['first_ms']['median']:.0f} + "
+                         f"{report['whole'][side][str(n)]['tail_ms']['median']:.0f} ms" for side in ("ours", "theirs"))
+        table.add(f"whole run, {n} steps (median)", o, t, unit=" ms",
+                  target="ratio <= 0.75" if n == 5 else "info", ok=o / t <= 0.75 if n == 5 else None,
+                  note=f"before the first and after the last model call: {ends}")
+
+
+def run_written(args, python, theirs_db, setup, report, table) -> None:
+    """Bytes written per run, not only those kept: the WAL Postgres wrote during the run (pg_wal_lsn_diff of
+    pg_current_wal_lsn() before and after). WAL is server-wide: each side runs while the other is idle, but
+    anything else on the server (other sessions, autovacuum, a checkpoint's full-page writes) counts too, so
+    the figure is the median over the rounds. The database's growth (pg_database_size) is an info row; the
+    JSON has which of our tables one 100-step run made grow."""
+    from bench import engine
+
+    ours_data, theirs_data = side_runs(args, python, theirs_db, setup, report)
+    report["written"] = {side: {str(n): {"wal_bytes": summary(d["sizes"][str(n)]["wal_bytes"]),
+                                         "grown_bytes": summary(d["sizes"][str(n)]["grown_bytes"])}
+                                for n in (20, 100)} for side, d in (("ours", ours_data), ("theirs", theirs_data))}
+    report["written"]["ours_growth_by_table_100"] = engine.growth_by_table(setup, 100)  # where the bytes go
+    o, t = (median_of(d, 20, "wal_bytes") for d in (ours_data, theirs_data))
+    table.add("bytes written per run (WAL, 20 steps)", int(o), int(t), target="ratio <= 0.1", ok=o / t <= 0.1,
+              note=f"server-wide WAL, other side idle, median of {len(ours_data['sizes']['20']['wal_bytes'])}")
+    og, tg = (median_of(d, 20, "grown_bytes") for d in (ours_data, theirs_data))
+    table.add("  database growth per run (20 steps)", int(og), int(tg), target="info", ok=None,
+              note="pg_database_size after - before (whole pages)")
+    per_step = {side: (median_of(d, 100, "wal_bytes") / 100) / (median_of(d, 20, "wal_bytes") / 20)
+                for side, d in (("ours", ours_data), ("theirs", theirs_data))}
+    table.add("written bytes per step, 100 vs 20 steps", per_step["ours"], per_step["theirs"], compare=False,
+              target="constant (<= 1.25)", ok=per_step["ours"] <= 1.25)
+
+
+def floor_samples(db_url: str, samples: int) -> dict[str, list[float]]:
+    """The floor of a read step, bare: one Postgres commit round trip (an INSERT committed on its own, psycopg)
+    and one MCP `tools/call` to bench/lookup_server.py (the MCP SDK's client, stdio, one session kept open),
+    each alone, both at once (asyncio.gather: a read's commit and call overlap in our engine) and in turn. ms."""
+    return asyncio.run(_floor_samples(db_url, samples))
+
+
+async def _floor_samples(db_url: str, samples: int) -> dict[str, list[float]]:
+    import psycopg
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable, args=["-m", "bench.lookup_server"], cwd=str(ROOT))
+    out: dict[str, list[float]] = {"commit": [], "call": [], "overlapped": [], "in_turn": []}
+    async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn, \
+            Client(params, read_timeout_seconds=60) as client:
+        await conn.execute("CREATE TABLE IF NOT EXISTS bench_floor_commit (id bigserial PRIMARY KEY, body text)")
+
+        async def commit() -> None:
+            await conn.execute("INSERT INTO bench_floor_commit (body) VALUES (%s)", ("step",))
+
+        async def call() -> None:
+            result = await client.call_tool("lookup", {"n": 1})
+            assert not result.is_error, result
+
+        async def both() -> None:
+            await asyncio.gather(commit(), call())
+
+        async def in_turn() -> None:
+            await commit()
+            await call()
+
+        kinds = {"commit": commit, "call": call, "overlapped": both, "in_turn": in_turn}
+        for index in range(samples + 3):  # three warm-up rounds
+            for kind, work in kinds.items():
+                started = time.perf_counter()
+                await work()
+                if index >= 3:
+                    out[kind].append((time.perf_counter() - started) * 1000)
+    return out
+
+
+def run_floor(args, setup, ours_db: str, report, table) -> None:
+    """Our read step against the floor under it, in the same rounds: a 20-step run of ours, then the floor's
+    samples (floor_samples), each round."""
+    from bench import engine
+
+    ours_data, floor = {}, {"commit": [], "call": [], "overlapped": [], "in_turn": []}
+    for _ in range(rounds_of(args)):
+        merge(ours_data, engine.steps(setup, [20], 1, 0))
+        for kind, values in floor_samples(ours_db, 10 if args.quick else 20).items():
+            floor[kind] += values
+    step = median_of(ours_data, 20, "step_ms")
+    report["floor"] = {"ours_step": summary(ours_data["sizes"]["20"]["step_ms"]),
+                       **{kind: summary(values) for kind, values in floor.items()}}
+    commit, call, both, in_turn = (statistics.median(floor[k]) for k in ("commit", "call", "overlapped", "in_turn"))
+    table.add("floor: Postgres commit round trip (median)", commit, unit=" ms", target="info", ok=None,
+              note="INSERT, autocommit, psycopg, on a table of the bench database")
+    table.add("floor: bare MCP stdio call (median)", call, unit=" ms", target="info", ok=None,
+              note="MCP SDK client, one session kept open, lookup(n)")
+    table.add("floor: commit and call overlapped (median)", both, unit=" ms", target="info", ok=None,
+              note="asyncio.gather of the two")
+    table.add("floor: commit and call in turn (median)", in_turn, unit=" ms", target="info", ok=None)
+    table.add("our step ÷ floor (overlapped)", step, both, unit=" ms", target="<= 2.0", ok=step / both <= 2.0,
+              note="ours: read step, 20 steps, same rounds")
+
+
+def embedded_steps(passes: int) -> None:
+    """In a child process with no DATABASE_URL / REDIS_URL: our 20-step runs on SQLite, printed as JSON."""
+    os.chdir(ROOT)
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from bench import engine
+
+    setup = engine.setup([20])
+    data = engine.steps(setup, [20], passes, 0)["sizes"]["20"]
+    from apps.registry.pool import pool
+
+    pool.close_all()
+    print(json.dumps({"step_ms": data["step_ms"], "run_ms": data["run_ms"]}))
+
+
+def embedded_env(folder: Path) -> dict[str, str]:
+    """This process's settings without Postgres and Redis: the embedded mode, its var/ folder `folder`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "AIRLOCK_CHANNEL_PREFIX")}
+    return {**env, "AIRLOCK_VAR_DIR": str(folder)}
+
+
+def run_embedded(args, setup, report, table) -> None:
+    """Ours with no DATABASE_URL / REDIS_URL (SQLite, the filesystem broker, the in-memory channel layer), as
+    `scripts/run` starts it on a laptop: per step (a child process with a var/ folder of its own, against ours
+    on Postgres in this process right after) and approval latency (bench/approval.py's embedded measurement,
+    or the approval section's when it ran)."""
+    from bench import engine
+
+    passes = rounds_of(args)
+    folder = Path(tempfile.mkdtemp(prefix="run-embedded-", dir=ROOT / "var" / "bench"))
+    try:
+        code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.run import embedded_steps; " \
+               f"embedded_steps({passes})"
+        done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=embedded_env(folder), capture_output=True,
+                              text=True)
+        if done.returncode:
+            raise RuntimeError(f"embedded steps failed:\n{done.stderr[-3000:]}")
+        steps = json.loads(done.stdout.strip().splitlines()[-1])["step_ms"]
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    on_postgres = engine.steps(setup, [20], passes, 0)["sizes"]["20"]["step_ms"]
+    approval = report.get("approval", {}).get("summary", {}).get("embedded", {})
+    if not approval.get("n"):
+        from bench.approval import measure_embedded
+
+        approval = summary([x["ms"] for x in measure_embedded(argparse.Namespace(samples=5 if args.quick else 20))])
+    report["embedded"] = {"step_ms": summary(steps), "postgres_step_ms": summary(on_postgres), "approval_ms": approval}
+    table.add("embedded: per-step overhead, 20 steps (median)", statistics.median(steps),
+              statistics.median(on_postgres), unit=" ms", target="info", ok=None,
+              note="theirs = ours on Postgres + Redis, right after")
+    table.add("embedded: approval decision -> call started", approval["median"], unit=" ms", target="info",
+              ok=None, note="bench/approval.py, SQLite + filesystem broker")
 
 
 def run_approval(args, python, theirs_db, admin_url, report, table) -> None:
@@ -459,15 +681,24 @@ def main(argv: list[str] | None = None) -> dict:
     unknown = set(only) - set(METRICS)
     if unknown:
         parser.error(f"unknown metric(s): {', '.join(sorted(unknown))}")
+    from bench import scratch
+
+    admin_url = admin_database_url()
+    with contextlib.ExitStack() as room:  # our own databases and Redis database, dropped and flushed at the end
+        ours_db = room.enter_context(scratch.database(admin_url, "airlock_bench_run"))
+        theirs_db = room.enter_context(scratch.database(admin_url, "airlock_bench_langgraph"))
+        redis_url = room.enter_context(scratch.redis_db(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"))
+        return measure(args, only, admin_url, ours_db, theirs_db, redis_url)
+
+
+def measure(args, only: list[str], admin_url: str, ours_db: str, theirs_db: str, redis_url: str) -> dict:
     started = time.monotonic()
-    needs_theirs = bool({"steps", "bytes", "approval"} & set(only))
+    needs_theirs = bool({"steps", "bytes", "write", "fixed", "whole", "written", "approval"} & set(only))
     python = ensure_venv() if needs_theirs else None
-    admin_url, ours_db, theirs_db = database_urls()
-    configure(ours_db)
+    configure(ours_db, redis_url)
     from bench import engine
 
-    sizes = [5, 20] if args.quick else [5, 20, 100]
-    setup = engine.setup([1, *sizes])
+    setup = engine.setup([1, 5, 20, 100])
     report: dict = {"started": datetime.now(UTC).isoformat(), "quick": args.quick, "metrics": only,
                     "machine": {"cpus": os.cpu_count(), "load": os.getloadavg()}}
     table = Table()
@@ -487,8 +718,20 @@ def main(argv: list[str] | None = None) -> dict:
         run_bytes(args, python, theirs_db, setup, report, table)
         save()
     report.pop("_bytes", None)
+    for name, section in (("whole", run_whole), ("written", run_written), ("fixed", run_fixed),
+                          ("write", run_write)):
+        if name in only:
+            section(args, python, theirs_db, setup, report, table)
+            save()
+    report.pop("_runs", None)
+    if "floor" in only:
+        run_floor(args, setup, ours_db, report, table)
+        save()
     if "approval" in only:
         run_approval(args, python, theirs_db, admin_url, report, table)
+        save()
+    if "embedded" in only:
+        run_embedded(args, setup, report, table)
         save()
     if "memory" in only:
         from bench import live
@@ -518,9 +761,12 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"\n{'quick ' if args.quick else ''}run in {report['seconds']} s; load average "
           f"{report['machine']['load'][0]:.1f} on {report['machine']['cpus']} CPUs; results: "
           f"{out.relative_to(ROOT)}")
+    from django.db import connections
+
     from apps.registry.pool import pool
 
     pool.close_all()
+    connections.close_all()
     return report
 
 
