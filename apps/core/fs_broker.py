@@ -6,6 +6,11 @@ empty file and the worker stops on a JSONDecodeError ("Unrecoverable error"). Wi
 sweep every second, `scripts/run` lost its worker within a minute. Here a message is written under a name
 the consumer does not take (a leading dot and no `.msg` ending) and renamed into place, which is atomic on
 one filesystem: the consumer sees the whole message or none of it.
+
+The same holds for an exchange's table of bound queues (a JSON file each process reads before it sends):
+kombu creates it truncated and locks it only after, so a process starting beside another (`scripts/run`
+starts web, worker and beat at once on a new folder) could read it empty. Here binders take turns on a lock
+file of their own and the table is replaced whole.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from time import monotonic
 
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
+from kombu.transport.filesystem import LOCK_EX, exchange_queue_t, lock, unlock
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
 
@@ -31,6 +37,25 @@ class Channel(filesystem.Channel):
             os.replace(partial, final)
         except OSError as exc:
             raise ChannelError(f"Cannot add file {final!r} to directory") from exc
+
+
+    def _queue_bind(self, exchange, routing_key, pattern, queue):
+        table = self._exchange_file(exchange)
+        self.control_folder.mkdir(exist_ok=True)
+        entry = exchange_queue_t(routing_key or "", pattern or "", queue or "")
+        try:
+            with open(self.control_folder / f".{exchange}.lock", "a") as guard:  # one binder at a time
+                lock(guard, LOCK_EX)
+                try:
+                    queues = self.get_table(exchange)
+                    if entry not in queues:
+                        partial = table.with_name(f".{table.name}.{uuid.uuid4()}.partial")
+                        partial.write_bytes(str_to_bytes(dumps([entry, *queues])))
+                        os.replace(partial, table)
+                finally:
+                    unlock(guard)
+        except OSError as exc:
+            raise ChannelError(f"Cannot bind {queue!r} in {table}") from exc
 
 
 class Transport(filesystem.Transport):

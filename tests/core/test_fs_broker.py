@@ -71,6 +71,37 @@ def test_a_consumer_never_reads_a_message_before_it_is_whole(tmp_path):
     assert sorted(received) == list(range(3000))
 
 
+def _bind_together(tmp_path, transport: str, rounds: int = 150) -> list[BaseException]:
+    """Processes starting at once (web, worker, beat) each declare the same new queue and send on it."""
+    options = {"data_folder_in": str(tmp_path), "data_folder_out": str(tmp_path), "store_processed": False,
+               "processed_folder": str(tmp_path / "processed"), "control_folder": str(tmp_path / "control"),
+               "polling_interval": 0}
+    failures: list[BaseException] = []
+
+    def declare_and_send(name: str, start: threading.Barrier):
+        try:
+            with Connection("filesystem://", transport=transport, transport_options=options) as conn:
+                start.wait()
+                queue = conn.SimpleQueue(name)
+                queue.put({"n": 1})
+                queue.close()
+        except BaseException as exc:
+            failures.append(exc)
+
+    for _ in range(rounds):
+        name, start = f"q{uuid.uuid4().hex}", threading.Barrier(4)
+        threads = [threading.Thread(target=declare_and_send, args=(name, start)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+    return failures
+
+
+def test_processes_binding_a_new_queue_at_once_never_read_a_half_written_table(tmp_path):
+    assert _bind_together(tmp_path, "apps.core.fs_broker:Transport") == []
+
+
 def test_the_embedded_settings_use_it():
     if settings.REDIS_URL:
         assert settings.CELERY_BROKER_URL == settings.REDIS_URL
