@@ -23,12 +23,14 @@ def _send_and_drain(tmp_path, transport: str, messages: int = 3000) -> tuple[lis
     sent = threading.Event()
 
     def produce():
-        with Connection("filesystem://", transport=transport, transport_options=options) as conn:
-            queue = conn.SimpleQueue(name)
-            for n in range(messages):
-                queue.put({"n": n, "pad": "x" * 2000})
-            queue.close()
-        sent.set()
+        try:
+            with Connection("filesystem://", transport=transport, transport_options=options) as conn:
+                queue = conn.SimpleQueue(name)
+                for n in range(messages):
+                    queue.put({"n": n, "pad": "x" * 2000})
+                queue.close()
+        finally:
+            sent.set()  # also when sending failed: the consumer must not wait for more forever
 
     def consume():
         with Connection("filesystem://", transport=transport, transport_options=options) as conn:
@@ -57,7 +59,8 @@ def _send_and_drain(tmp_path, transport: str, messages: int = 3000) -> tuple[lis
                 failures.append(exc)
         return run
 
-    threads = [threading.Thread(target=guarded(produce)), threading.Thread(target=guarded(consume))]
+    # Daemon threads: a test that failed must not keep pytest from exiting.
+    threads = [threading.Thread(target=guarded(work), daemon=True) for work in (produce, consume)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -90,7 +93,7 @@ def _bind_together(tmp_path, transport: str, rounds: int = 150) -> list[BaseExce
 
     for _ in range(rounds):
         name, start = f"q{uuid.uuid4().hex}", threading.Barrier(4)
-        threads = [threading.Thread(target=declare_and_send, args=(name, start)) for _ in range(4)]
+        threads = [threading.Thread(target=declare_and_send, args=(name, start), daemon=True) for _ in range(4)]
         for thread in threads:
             thread.start()
         for thread in threads:
