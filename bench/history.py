@@ -135,14 +135,14 @@ def load(*, runs: int, events: int, calls: int) -> dict[str, int]:
                     "error", "error_class", "snapshot", "started_by_id", "started_by_label", "idempotency_key",
                     "lease_owner", "deliveries", "state", "hops", "tool_calls", "tokens_in", "tokens_out",
                     "tokens_cached", "cost_usd", "cost_unknown_calls", "cancel_requested", "tainted", "last_seq",
-                    "started_at", "finished_at", "attention", "origin"]
+                    "started_at", "finished_at", "attention", "origin", "trace_parent"]
         _copy(cursor, "runs_run", run_cols, (
             (rid, org.id, at, at, cid, cname, status, json.dumps({"order_id": f"A-{n:06d}"}),
              f"Order A-{n:06d} handled: {rng.choice(['refunded', 'shipped', 'escalated', 'closed'])}.",
              "", "", json.dumps({"crew": {"id": str(cid), "name": cname}, "agents": {}, "tools": {}}),
              owner.user_id, owner.user.email, "", "", 0, empty, 1, 2, 10_000, 500, 0,
              Decimal("0.0123") if n % 50 else None, 0 if n % 50 else 1, False, False, per_run_events,
-             at, at + timedelta(seconds=30), "[]", "")
+             at, at + timedelta(seconds=30), "[]", "", "")
             for rid, cid, cname, _aid, at, status, n in plan))
         step_cols = ["id", "org_id", "created_at", "updated_at", "run_id", "parent_id", "position", "kind", "agent_id",
                      "agent_name", "task", "status", "status_reason", "output", "provider", "model", "input_tokens",
