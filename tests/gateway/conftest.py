@@ -9,9 +9,11 @@ import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx2
 import pytest
+from django.db import connection
 from django.test import Client as DjangoClient
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
@@ -147,3 +149,19 @@ def wait_until(predicate, timeout: float = 30, interval: float = 0.1):
             return value
         time.sleep(interval)
     raise AssertionError("condition not met in time")
+
+
+def consented_redirect(browser: DjangoClient, authorize_url: str, agent_id: str) -> str:
+    """The signed-in person on Airlock's consent page: sees the host, picks the agent, allows; where the browser
+    goes next (the host's redirect URI with the code)."""
+    try:
+        parts = urlsplit(authorize_url)
+        page = browser.get(f"{parts.path}?{parts.query}")
+        assert page.status_code == 200, page.content[:500]
+        form = page.context["form"]
+        fields = {name: form[name].value() or "" for name in form.fields if form[name].is_hidden}
+        answer = browser.post(parts.path, {**fields, "agent": agent_id, "allow": "Authorize"})
+        assert answer.status_code == 302, answer.content[:500]
+        return answer["Location"]
+    finally:
+        connection.close()

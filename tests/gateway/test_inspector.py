@@ -17,7 +17,6 @@ from urllib.parse import urlsplit
 
 import httpx2
 import pytest
-from django.db import connection
 from django.test import Client as DjangoClient
 
 from apps.accounts.actors import member_actor
@@ -26,7 +25,7 @@ from apps.gateway.models import OAuthGrant
 from apps.runs.models import ToolCall
 from tests.conftest import signed_in
 from tests.factories import owner_of
-from tests.gateway.conftest import OFFERED, TEST_MCP, wait_until
+from tests.gateway.conftest import OFFERED, TEST_MCP, consented_redirect, wait_until
 from tests.processes import free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -92,21 +91,6 @@ def test_the_inspector_over_http_without_a_key_is_refused(gateway_url, setup):
     refused = inspector(gateway_url, "--transport", "http", "--method", "tools/list", timeout=60)
     assert refused.returncode != 0
     assert '"error": "invalid_token"' in refused.stderr and "Authentication required" in refused.stderr
-
-
-def consented_redirect(browser: DjangoClient, authorize_url: str, agent_id: str) -> str:
-    """The signed-in person on Airlock's consent page: picks the agent, allows; where the browser goes next."""
-    try:
-        parts = urlsplit(authorize_url)
-        page = browser.get(f"{parts.path}?{parts.query}")
-        assert page.status_code == 200, page.content[:500]
-        form = page.context["form"]
-        fields = {name: form[name].value() or "" for name in form.fields if form[name].is_hidden}
-        answer = browser.post(parts.path, {**fields, "agent": agent_id, "allow": "Authorize"})
-        assert answer.status_code == 302, answer.content[:500]
-        return answer["Location"]
-    finally:
-        connection.close()
 
 
 def test_the_inspector_through_mcp_remote_does_the_gateways_oauth_and_is_refused_after_revoke(

@@ -15,7 +15,6 @@ import anyio
 import anyio.to_thread
 import httpx2
 import pytest
-from django.db import connection
 from django.test import Client as DjangoClient
 from django.utils import timezone
 from mcp import Client
@@ -30,7 +29,7 @@ from apps.audit.models import AuditEvent
 from apps.gateway.models import OAuthGrant
 from tests.conftest import signed_in
 from tests.factories import add_member, make_org, owner_of
-from tests.gateway.conftest import OFFERED, wait_for_ledgers
+from tests.gateway.conftest import OFFERED, consented_redirect, wait_for_ledgers
 from tests.gateway.test_policy_and_holds import approve_when_pending
 from tests.processes import run_async
 
@@ -61,19 +60,9 @@ class Memory:
 
 def consent(browser: DjangoClient, authorize_url: str, agent_id: str) -> AuthorizationCodeResult:
     """The signed-in person on the consent page: sees the host, picks the agent, allows."""
-    try:
-        parts = urlsplit(authorize_url)
-        page = browser.get(f"{parts.path}?{parts.query}")
-        assert page.status_code == 200, page.content[:500]
-        form = page.context["form"]
-        fields = {name: form[name].value() or "" for name in form.fields if form[name].is_hidden}
-        answer = browser.post(parts.path, {**fields, "agent": agent_id, "allow": "Authorize"})
-        assert answer.status_code == 302, answer.content[:500]
-        query = parse_qs(urlsplit(answer["Location"]).query)
-        return AuthorizationCodeResult(code=query["code"][0], state=query.get("state", [None])[0],
-                                       iss=query.get("iss", [None])[0])
-    finally:
-        connection.close()
+    query = parse_qs(urlsplit(consented_redirect(browser, authorize_url, agent_id)).query)
+    return AuthorizationCodeResult(code=query["code"][0], state=query.get("state", [None])[0],
+                                   iss=query.get("iss", [None])[0])
 
 
 def provider(url: str, storage: Memory, browser: DjangoClient, agent_id: str, seen: list,
