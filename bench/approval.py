@@ -30,12 +30,10 @@ bench/run.py runs it for its `approval` rows. Not part of the test suite. docs/p
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,7 +44,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import venvs  # noqa: E402
 from bench.live import _free_port, _wait, process  # noqa: E402
+from bench.stats import summary  # noqa: E402
 
 PEER_VENV = ROOT / "var" / "bench" / "langgraph-server"
 PEER_REQUIREMENTS = ROOT / "bench" / "requirements-langgraph-server.txt"
@@ -57,34 +57,11 @@ POSTGRES_RUNTIME = ("not run: LangGraph's Postgres runtime (`langgraph-runtime-p
                     "(and there is no Docker engine or outside network here)")
 
 
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
-
-
-def summary(values: list[float]) -> dict:
-    if not values:
-        return {"n": 0}
-    return {"n": len(values), "median": round(statistics.median(values), 2), "min": round(min(values), 2),
-            "p95": round(quantile(values, 0.95), 2)}
-
-
 # --- environments ----------------------------------------------------------------------------------------
 
 def ensure_peer_venv() -> Path:
     """var/bench/langgraph-server with bench/requirements-langgraph-server.txt (again when the file changes)."""
-    python = PEER_VENV / "bin" / "python"
-    digest = hashlib.sha256(PEER_REQUIREMENTS.read_bytes()).hexdigest()
-    marker = PEER_VENV / ".requirements.sha256"
-    if python.exists() and marker.exists() and marker.read_text() == digest:
-        return python
-    print(f"setting up {PEER_VENV.relative_to(ROOT)} (langgraph-cli[inmem]) ...", flush=True)
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(PEER_VENV)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r",
-                    str(PEER_REQUIREMENTS)], check=True)
-    marker.write_text(digest)
-    return python
+    return venvs.ensure_venv(PEER_VENV, PEER_REQUIREMENTS, "langgraph-cli[inmem]")
 
 
 def production_env() -> dict[str, str]:
@@ -356,7 +333,7 @@ def embedded_child(args) -> None:
 
 def table(report: dict) -> str:
     def row(name: str, values: list[float]) -> str:
-        got = summary(values)
+        got = summary(values, digits=2)
         return f"{name:<58} {got.get('median', float('nan')):>9.1f} {got.get('p95', float('nan')):>9.1f}"
 
     lines = [f"{'decision -> approved call started (ms)':<58} {'median':>9} {'p95':>9}", "-" * 78,
@@ -396,9 +373,9 @@ def main(argv: list[str] | None = None) -> dict:
     report |= measure_postgres(args)
     report["machine"]["load_after"] = os.getloadavg()
     report["summary"] = {
-        "ours": summary([x["ms"] for x in report["ours"]]), "floor": summary(report["floor"]),
-        "theirs": summary([x["ms"] for x in report["theirs"]]),
-        "embedded": summary([x["ms"] for x in report.get("embedded", [])])}
+        "ours": summary([x["ms"] for x in report["ours"]], 2), "floor": summary(report["floor"], 2),
+        "theirs": summary([x["ms"] for x in report["theirs"]], 2),
+        "embedded": summary([x["ms"] for x in report.get("embedded", [])], 2)}
     out = Path(args.out) if args.out else RESULTS / f"approval-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2, default=str))

@@ -43,6 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
+from bench.stats import quantile
+
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = 100
 WARMUP = 30
@@ -50,11 +52,6 @@ LEVELS = (1, 10, 50)
 LATENCY_SIDES = ("direct", "airlock", "airlock_handshake", "floor", "bare", "mcp_proxy", "contextforge")
 THROUGHPUT_SIDES = ("airlock", "mcp_proxy", "contextforge", "bare")
 TARGETS = {"p50_vs_mcp_proxy": 1.0, "p50_vs_contextforge": 0.1, "calls_per_s_50_vs_mcp_proxy": 1.5}
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def _bench_database() -> tuple[str, Callable[[], None]]:
@@ -157,7 +154,7 @@ async def _latency(sides: dict, calls: int) -> dict[str, dict]:
                     assert not result.is_error, (side, result)
             done += n
         protocols = {side: client.protocol_version for side, client in clients.items()}
-    return {side: {"p50_ms": round(statistics.median(v), 3), "p95_ms": round(_quantile(v, 0.95), 3),
+    return {side: {"p50_ms": round(statistics.median(v), 3), "p95_ms": round(quantile(v, 0.95), 3),
                    "mean_ms": round(statistics.fmean(v), 3), "protocol": protocols[side]}
             for side, v in timings.items()}
 

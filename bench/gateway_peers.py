@@ -33,6 +33,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench import venvs
+
 ROOT = Path(__file__).resolve().parent.parent
 PEERS = ROOT / "var" / "bench" / "peers"
 MCP_PROXY = "mcp-proxy==0.13.0"
@@ -189,17 +191,7 @@ def free_port() -> int:
 def ensure_venv(name: str, requirement: str) -> Path:
     """var/bench/peers/<name> with `requirement` installed from the registry (again when the pin changes).
     Returns its bin/ folder."""
-    venv = PEERS / name
-    python, marker = venv / "bin" / "python", venv / ".installed"
-    if python.exists() and marker.exists() and marker.read_text() == requirement:
-        return python.parent
-    print(f"installing {requirement} into {venv.relative_to(ROOT)} ...", flush=True)
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", requirement],
-                   check=True)
-    marker.write_text(requirement)
-    return python.parent
+    return venvs.ensure_venv(PEERS / name, requirement).parent
 
 
 def _version(bin_dir: Path, distribution: str) -> str:

@@ -32,16 +32,13 @@ from decimal import Decimal
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
+from bench.stats import quantile
+
 ROOT = Path(__file__).resolve().parent.parent
 DB_NAME = "airlock_bench"
 TARGET_MS = 150.0
 CREWS = 12
 Planned = namedtuple("Planned", "id crew_id crew_name agent_id at status n")
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def _prepare_database(reuse: bool) -> str:
@@ -320,7 +317,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"\n{'query':<38} {'p50 ms':>8} {'p95 ms':>8}  target p95 < {TARGET_MS:.0f} ms")
     for name, (fn, plan) in queries(org_id, sample, crew_id).items():
         times = measure(fn, args.samples)
-        p50, p95 = statistics.median(times), _quantile(times, 0.95)
+        p50, p95 = statistics.median(times), quantile(times, 0.95)
         ok = "ok" if p95 < TARGET_MS else "OVER"
         print(f"{name:<38} {p50:>8.1f} {p95:>8.1f}  {ok}")
         results.append({"query": name, "p50_ms": round(p50, 2), "p95_ms": round(p95, 2),

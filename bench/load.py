@@ -50,7 +50,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.live import EVENT, NEW_EVENTS, _wait  # noqa: E402
-from bench.run import RESULTS, quantile  # noqa: E402
+from bench.run import RESULTS  # noqa: E402
+from bench.stats import quantile  # noqa: E402
 
 DESK_DATA = ROOT / "var" / "bench" / "load-orders.json"
 STORM_ORDER = "A-1003"  # total 12,500 cents: room for 500 refunds of 1 cent (and more)

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from bench import history
+from bench.stats import quantile
 
 ROOT = history.ROOT
 DB_NAME = "airlock_bench_pages"
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"\n{'page':<30} {'p50 ms':>8} {'p95 ms':>8} {'queries':>8}  target p95 < {TARGET_MS:.0f} ms")
         for name, url in pages(owner.org_id).items():
             times, count = measure(client, url, args.samples)
-            p50, p95 = statistics.median(times), history._quantile(times, 0.95)
+            p50, p95 = statistics.median(times), quantile(times, 0.95)
             print(f"{name:<30} {p50:>8.1f} {p95:>8.1f} {count:>8}  {'ok' if p95 < TARGET_MS else 'OVER'}")
             results.append({"page": name, "url": url, "p50_ms": round(p50, 2), "p95_ms": round(p95, 2),
                             "queries": count, "within_target": p95 < TARGET_MS})

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import json
 import os
@@ -51,37 +50,14 @@ RUN_SIZES = [5, 20, 100]  # the fixed, whole and written sections
 
 sys.path.insert(0, str(ROOT))
 
-
-# --- statistics ------------------------------------------------------------------------------------------
-
-def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
-
-
-def summary(values: list[float]) -> dict:
-    if not values:
-        return {"n": 0}
-    return {"n": len(values), "median": round(statistics.median(values), 3), "min": round(min(values), 3),
-            "p95": round(quantile(values, 0.95), 3)}
-
+from bench import venvs  # noqa: E402
+from bench.stats import quantile, summary  # noqa: E402
 
 # --- environment -----------------------------------------------------------------------------------------
 
 def ensure_venv() -> Path:
     """var/bench/venv with bench/requirements.txt installed (again when the file changes)."""
-    python = VENV / "bin" / "python"
-    digest = hashlib.sha256(REQUIREMENTS.read_bytes()).hexdigest()
-    marker = VENV / ".requirements.sha256"
-    if python.exists() and marker.exists() and marker.read_text() == digest:
-        return python
-    print(f"setting up {VENV.relative_to(ROOT)} (LangGraph and its Postgres checkpointer) ...", flush=True)
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(VENV)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "-r",
-                    str(REQUIREMENTS)], check=True)
-    marker.write_text(digest)
-    return python
+    return venvs.ensure_venv(VENV, REQUIREMENTS, "LangGraph and its Postgres checkpointer")
 
 
 def admin_database_url() -> str:
