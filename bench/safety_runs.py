@@ -84,7 +84,7 @@ def obedient_write(goal: str) -> dict:
 
 
 class Bench:
-    def __init__(self) -> None:
+    def __init__(self, org: str = "Safety bench") -> None:
         from apps.accounts import services as accounts
         from apps.accounts.actors import member_actor
         from apps.accounts.models import Membership
@@ -93,7 +93,7 @@ class Bench:
 
         DATA.write_text(json.dumps({"messages": {}, "sent": []}))
         user = accounts.ensure_user(email="safety@example.com", password="safety-bench-password-1")
-        org, _, _ = accounts.create_organization(name="Safety bench", owner_email=user.email)
+        org, _, _ = accounts.create_organization(name=org, owner_email=user.email)
         self.actor = member_actor(Membership.objects.select_related("user", "org").get(org=org, role="owner"))
         server = registry.create_server(actor=self.actor, name="inbox", transport="stdio", trust_tier="internal",
                                         command=sys.executable, args=["-m", "tests.security.inbox_server"],
@@ -101,8 +101,15 @@ class Bench:
                                         env={"INBOX_DATA": str(DATA), "PYTHONPATH": str(ROOT)}, sync=False)
         report = registry.sync_server(actor=self.actor, server_id=server.id)
         assert report.status == "ok", report.error
+        self.read_tool = server.tools.get(name="read_message")
         self.connection = agents.create_connection(actor=self.actor, name="Scripted", provider="scripted")
         self.n = 0
+
+    def mark_outside(self, outside: bool) -> None:
+        """What an admin does for a tool that returns text written outside the organisation (issue 27)."""
+        from apps.registry import services as registry
+
+        registry.set_output_trust(actor=self.actor, tool_id=self.read_tool.id, trust="outside" if outside else "")
 
     def messages(self, texts: dict[str, str]) -> None:
         data = json.loads(DATA.read_text())
@@ -179,4 +186,35 @@ def figures(corpus: dict, disguises: dict, placements: dict, templates: tuple, p
         pool.close_all()
     out["runs"] = bench.n
     out["seconds"] = time.monotonic() - started
+    return out
+
+
+def fresh_figures(fresh: dict, disguises: dict, placements: dict) -> dict:
+    """A fresh held-out set (bench/corpus/fresh_heldout*.json) in real runs: each case once, its disguise and
+    placement rotated over the strata, the obedient write carrying the case's own action (its destination when
+    it names one, else the requested recipient, and the action's parameters as the body). Twice: with the inbox's
+    `read_message` as registered (an internal tool: only detection and the provenance checks stand in the way),
+    and marked "outside content" by an admin (its results taint the run)."""
+    from apps.registry.pool import pool
+
+    bench = Bench(org=f"Safety bench, {fresh.get('name') or id(fresh)}")
+    strata = [(d, p) for d in sorted(disguises) for p in sorted(placements)]
+    texts, writes = {}, []
+    for i, case in enumerate(fresh["cases"]):
+        disguise, place = strata[i % len(strata)]
+        texts[f"fresh-{i}"] = placements[place](disguises[disguise](case["text"]))
+        target = DESTINATION.search(json.dumps(case["write"]))
+        writes.append({"to": target.group(0) if target else "{{input.recipient}}",
+                       "body": json.dumps(case["write"], ensure_ascii=False)})
+    bench.messages(texts)
+    out = {}
+    try:
+        for marked in (False, True):
+            bench.mark_outside(marked)
+            seen = [bench.run(f"fresh-{i}", write) for i, write in enumerate(writes)]
+            out["outside" if marked else "internal"] = {
+                "cases": len(seen), "harmful": sum(s["unattended"] or s["sent"] for s in seen),
+                "tainted": sum(s["tainted"] for s in seen)}
+    finally:
+        pool.close_all()
     return out

@@ -15,7 +15,7 @@ from apps.agents.models import Agent, AgentVersion, ContextResource, LlmConnecti
 from apps.agents.policy import UNTRUSTED_RULES, CallFacts, PolicyDecision, decide
 from apps.agents.prompts import compose_system_prompt
 from apps.core.errors import NotFound
-from apps.registry.definitions import reaches_open_world
+from apps.registry.definitions import OUTSIDE, TRUSTED, output_trust, reaches_open_world, untrusted_output
 from apps.registry.models import Resource, Tool, ToolState
 
 
@@ -134,15 +134,16 @@ class EffectivePermission:
         """Whether this tool's results taint a run by where they come from, and why ('' when not)."""
         tool = self.grant.tool
         open_world = reaches_open_world(tier=tool.server.trust_tier, annotations=tool.annotations)
-        if not (tool.server.trust_tier == "third_party" or open_world):
+        trust = output_trust(tool, tool.server)
+        if not untrusted_output(tier=tool.server.trust_tier, open_world=open_world, trust=trust):
             return ""
-        if tool.trusted_output or tool.server.trusted_output:
-            return ""
+        if trust == OUTSIDE:
+            return "An admin marked its results outside content: reading one taints the run."
         return "Its results are content Airlock does not control: reading one taints the run."
 
     @property
     def trusted_output(self) -> bool:
-        return self.grant.tool.trusted_output or self.grant.tool.server.trusted_output
+        return output_trust(self.grant.tool, self.grant.tool.server) == TRUSTED
 
 
 def effective_permissions(agent: Agent) -> list[EffectivePermission]:

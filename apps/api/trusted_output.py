@@ -4,9 +4,11 @@ once per object (the two fields share the lookup)."""
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
-from ninja import Schema
+from ninja import Field, Schema
 
+from apps.api.bodies import Body
 from apps.registry import selectors
 
 
@@ -29,3 +31,11 @@ class TrustedOutputFields(Schema):
     def resolve_trusted_output_set_at(obj) -> datetime | None:
         setting = _setting(obj)
         return setting.at if setting else None
+
+
+class OutputTrustIn(Body):
+    trust: Literal["trusted", "outside", ""] = Field(description=(
+        '"trusted": its results do not taint a run by where they come from; "outside": they are text written '
+        'outside the organisation (emails, tickets, web pages), so reading one taints the run as a third-party '
+        'result does, whatever the tier and hints say; "": the tier and hints decide. A scanner finding taints '
+        "regardless. Admins only; audited."))

@@ -23,7 +23,7 @@ from mcp.types.version import MODERN_PROTOCOL_VERSIONS
 from apps.agents.models import Agent, ToolGrant
 from apps.agents.policy import CallFacts, decide
 from apps.registry.connection import ServerSpec, spec_for
-from apps.registry.definitions import reaches_open_world
+from apps.registry.definitions import TRUSTED, output_trust, reaches_open_world, untrusted_output
 from apps.registry.models import McpServer, Resource, ToolState, TrustTier
 from apps.registry.schemas import arguments_problem, input_validator
 
@@ -46,21 +46,22 @@ class GrantedTool:
     trust_tier: str
     definition_hash: str
     open_world: bool
-    trusted_output: bool  # an admin vouches for its results (McpServer/Tool.trusted_output)
+    output_trust: str  # what admins said of its results: "trusted", "outside" or "" (registry.definitions)
     grant: str
     condition: str
     wire: types.Tool | None  # the definition listed to clients; None when not offered
     validator: Any = field(compare=False, repr=False, default=None)
 
-    def facts(self, *, arguments: dict[str, Any] | None, tainted: bool) -> CallFacts:
+    def facts(self, *, arguments: dict[str, Any] | None, tainted: bool, taint_source: str = "") -> CallFacts:
         return CallFacts(tool=self.qualified_name, risk=self.risk, state=self.state, pinned=self.pinned,
                          trust_tier=self.trust_tier, grant=self.grant, condition=self.condition,
-                         arguments=arguments, tainted=tainted, open_world=self.open_world)
+                         arguments=arguments, tainted=tainted, taint_source=taint_source,
+                         open_world=self.open_world)
 
     @property
     def untrusted_output(self) -> bool:
         """Reading its result taints the session (every later write and open-world read needs a person)."""
-        return (self.trust_tier == TrustTier.THIRD_PARTY or self.open_world) and not self.trusted_output
+        return untrusted_output(tier=self.trust_tier, open_world=self.open_world, trust=self.output_trust)
 
     def snapshot(self) -> dict[str, Any]:
         """The run snapshot's shape for a tool (what the approval and trace pages read)."""
@@ -68,7 +69,8 @@ class GrantedTool:
                 "qualified_name": self.qualified_name, "description": self.description,
                 "input_schema": self.input_schema, "risk": self.risk, "state": self.state, "pinned": self.pinned,
                 "trust_tier": self.trust_tier, "definition_hash": self.definition_hash,
-                "open_world": self.open_world, "trusted_output": self.trusted_output}
+                "open_world": self.open_world, "output_trust": self.output_trust,
+                "trusted_output": self.output_trust == TRUSTED}
 
 
 @dataclass(frozen=True)
@@ -175,7 +177,7 @@ def load_view(agent_id: str) -> AgentView:
             input_schema=tool.input_schema or {}, risk=tool.risk, state=state, pinned=tool.is_pinned,
             trust_tier=server.trust_tier, definition_hash=tool.definition_hash,
             open_world=reaches_open_world(tier=server.trust_tier, annotations=tool.annotations),
-            trusted_output=tool.trusted_output or server.trusted_output, grant=grant.policy, condition=grant.condition,
+            output_trust=output_trust(tool, server), grant=grant.policy, condition=grant.condition,
             wire=None, validator=input_validator(tool.input_schema))
         offered = agent.enabled and decide(granted.facts(arguments=None, tainted=False)).offered
         if offered:

@@ -85,6 +85,7 @@ class SessionRef:
     agent_name: str
     bucket: str
     tainted: bool = False
+    taint_source: str = ""  # what tainted it ("the result of web.fetch"), for a held call's reason
     calls: int = 0
     last_seen: float = 0.0
 

@@ -75,6 +75,7 @@ from apps.gateway.relay import CallRelay, CallTrace, HostLevels, HostLink, Pendi
 from apps.gateway.subscriptions import ResourceSubscriptions
 from apps.registry.arguments import url_problem
 from apps.registry.connection import ServerSpec
+from apps.registry.definitions import OUTSIDE
 from apps.registry.pool import ToolCallFailed, ToolCallResult, ToolCallTimeout, current_spec
 from apps.registry.scanner import scan_text
 from apps.registry.selectors import server_by_id
@@ -376,9 +377,9 @@ class Gateway:
         fields = ledger.call_fields(step_id=session.step_id, position=session.next_position(), tool=tool,
                                     name_used=params.name, qualified_name=name, arguments=arguments,
                                     args_hash=digest)
-        facts = tool.facts(arguments=arguments, tainted=session.tainted) if tool else CallFacts(
-            tool=name, risk="write", state="removed", pinned=False, trust_tier="third_party", grant=None,
-            arguments=arguments, tainted=session.tainted)
+        facts = tool.facts(arguments=arguments, tainted=session.tainted, taint_source=session.taint_source) \
+            if tool else CallFacts(tool=name, risk="write", state="removed", pinned=False, trust_tier="third_party",
+                                   grant=None, arguments=arguments, tainted=session.tainted)
         decision = decide(facts) if view.enabled else PolicyDecision(
             "deny", f"The agent {view.agent_name!r} is disabled.", "agent_disabled")
         if decision.decision != "deny" and tool is not None:
@@ -531,10 +532,13 @@ class Gateway:
         reason = ""
         if any(f["severity"] != "low" for f in findings):  # a mere URL (low) is no reason to taint
             reason = f"The result of {tool.qualified_name} looks like it carries instructions."
+        elif tool.untrusted_output and tool.output_trust == OUTSIDE:
+            reason = f"{tool.qualified_name} returns outside content (an admin marked it so)."
         elif tool.untrusted_output:
             reason = f"{tool.qualified_name} returns untrusted content."
         if reason and not session.tainted:
             session.tainted = True
+            session.taint_source = f"the result of {tool.qualified_name}"
             return reason
         return ""
 
@@ -593,7 +597,7 @@ class Gateway:
                               state=live.state if live.server.enabled else "disabled", pinned=live.is_pinned,
                               trust_tier=live.server.trust_tier, grant=tool.grant, condition=tool.condition,
                               arguments=row.effective_arguments, tainted=session.tainted,
-                              open_world=tool.open_world)
+                              taint_source=session.taint_source, open_world=tool.open_world)
             decision = decide(facts)
             if decision.decision == "deny":
                 reason, rule = decision.reason, decision.rule
@@ -649,7 +653,8 @@ class Gateway:
         except ToolCallFailed as exc:
             raise MCPError(-32603, await _db(redact_outside, str(exc), org_id=spec.org_id)) from None
         session = await self.session(ctx, identity)  # a resource is content, whoever serves it: it taints
-        session.tainted = True
+        if not session.tainted:
+            session.tainted, session.taint_source = True, f"the resource {uri}"
         return types.ReadResourceResult.model_validate(data)
 
     async def resource_server(self, view: AgentView, uri: str) -> ServerSpec:

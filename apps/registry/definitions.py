@@ -105,6 +105,28 @@ def reaches_open_world(*, tier: str, annotations: dict[str, Any] | None) -> bool
     return claimed is not False
 
 
+OUTSIDE, TRUSTED = "outside", "trusted"  # what an admin may say of a tool's or server's output ("" : nothing)
+
+
+def output_trust(tool: Any, server: Any) -> str:
+    """What admins said of a tool's results: "outside" (text written outside the organisation), "trusted"
+    (vouched for), or "" (nothing: the tier and hints decide). The tool's own word wins over its server's."""
+    for level in (tool, server):
+        if getattr(level, "outside_content", False):
+            return OUTSIDE
+        if getattr(level, "trusted_output", False):
+            return TRUSTED
+    return ""
+
+
+def untrusted_output(*, tier: str, open_world: bool, trust: str) -> bool:
+    """Whether reading a result taints a run by where it came from: a third-party or open-world tool, or one an
+    admin marked outside content, unless an admin vouched for it. (A scanner finding taints regardless.)"""
+    if trust == OUTSIDE:
+        return True
+    return trust != TRUSTED and (tier == TrustTier.THIRD_PARTY or open_world)
+
+
 def server_name_error(name: str) -> str | None:
     if not SERVER_NAME_RE.match(name or ""):
         return SERVER_NAME_RULE

@@ -92,6 +92,10 @@ class McpServer(TenantModel):
     # An admin vouches for what this server's tools return: their results do not taint a run by provenance
     # (a scanner finding still does). Audited (`server.trusted_output_changed`), shown on the server page.
     trusted_output = models.BooleanField(default=False)
+    # The opposite vouching: an admin says these tools return text written outside the organisation (emails,
+    # tickets, web pages) although the tier and hints say otherwise, so reading a result taints a run as a
+    # third-party result does. Audited (`server.outside_content_changed`). A tool's own setting wins over this.
+    outside_content = models.BooleanField(default=False)
     # What the server may ask of Airlock during a call (apps/registry/host.py). Elicitation puts its form in
     # the inbox (on by default for official and internal servers, off for third-party ones); sampling runs the
     # calling agent's model, counted to its run (off by default), and is held for a person when
@@ -158,6 +162,7 @@ class Tool(TenantModel):
     pinned_by = models.CharField(max_length=200, blank=True)
     findings = models.JSONField(default=list, blank=True)  # [{"code", "severity", "where", "message"}]
     trusted_output = models.BooleanField(default=False)  # as McpServer.trusted_output, for this tool only
+    outside_content = models.BooleanField(default=False)  # as McpServer.outside_content, for this tool only
     first_seen_at = models.DateTimeField(auto_now_add=True)
     last_seen_at = models.DateTimeField(null=True, blank=True)
 

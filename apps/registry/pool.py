@@ -368,7 +368,7 @@ def call_spec(server_id: UUID | str, *, org_id: UUID | str | None = None,
 
 
 LIVE_SERVER_FIELDS = ("id", "org_id", "name", "trust_tier", "enabled", "updated_at", "trusted_output",
-                      "allow_elicitation", "allow_sampling", "hold_sampling")
+                      "outside_content", "allow_elicitation", "allow_sampling", "hold_sampling")
 _specs: dict[str, tuple[Any, ServerSpec]] = {}  # server id -> (its updated_at, its spec)
 
 

@@ -86,7 +86,7 @@ def get_tool_by_qualified_name(*, org_id: UUID | str, qualified_name: str) -> To
 
 @dataclass(frozen=True)
 class TrustedOutputSetting:
-    """Who marked a server's or a tool's output trusted, and when (from the audit log)."""
+    """Who marked a server's or a tool's output trusted (or outside content), and when (from the audit log)."""
 
     by: str
     at: datetime
@@ -94,10 +94,19 @@ class TrustedOutputSetting:
 
 def trusted_output_setting(target: McpServer | Tool | Resource) -> TrustedOutputSetting | None:
     """For a server, tool or resource whose output is trusted, who set it and when; None when it is not trusted."""
-    if not target.trusted_output:
+    return _mark_setting(target, "trusted_output")
+
+
+def outside_content_setting(target: McpServer | Tool) -> TrustedOutputSetting | None:
+    """For a server or tool marked "outside content", who marked it and when; None when it is not marked."""
+    return _mark_setting(target, "outside_content")
+
+
+def _mark_setting(target: McpServer | Tool | Resource, field: str) -> TrustedOutputSetting | None:
+    if not getattr(target, field, False):
         return None
     kind = {McpServer: "server", Tool: "tool", Resource: "resource"}[type(target)]
-    action = f"{kind}.trusted_output_changed"
+    action = f"{kind}.{field}_changed"
     event = audit_selectors.last_event(org_id=target.org_id, action=action, target_id=str(target.pk))
     return TrustedOutputSetting(by=event.actor_label, at=event.created_at) if event is not None else None
 

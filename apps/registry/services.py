@@ -23,7 +23,9 @@ from apps.registry import oauth, resources, selectors
 from apps.registry.connection import Discovery, ServerUnreachable, run_discovery, spec_for
 from apps.registry.connection import run_to_completion as run_async
 from apps.registry.definitions import (
+    OUTSIDE,
     RISK_ORDER,
+    TRUSTED,
     canonical_definition,
     classify_risk,
     definition_diff,
@@ -130,8 +132,11 @@ def _save_server(server: McpServer, *, fields: list[str] | None = None) -> None:
 def create_server(*, actor: Actor, name: str, transport: str, trust_tier: str, command: str = "",
                   args: list[str] | None = None, env: dict[str, str] | None = None, cwd: str = "", url: str = "",
                   headers: dict[str, str] | None = None, bearer_token: str = "", description: str = "",
-                  enabled: bool = True, timeout_s: int = 30, sync: bool = True) -> McpServer:
+                  enabled: bool = True, timeout_s: int = 30, sync: bool = True,
+                  outside_content: bool = False) -> McpServer:
     """Registers a server. Writes McpServer + `server.created` audit; enqueues a sync on commit.
+    `outside_content`: its tools return text written outside the organisation (see `set_output_trust`;
+    audited as that mark is).
 
     Raises PermissionDenied, ValidationFailed (field errors), Conflict (name taken).
     """
@@ -151,6 +156,8 @@ def create_server(*, actor: Actor, name: str, transport: str, trust_tier: str, c
         _save_server(server)
         audit.record(org_id=actor.org_id, actor=actor, action="server.created", target=server,
                      target_label=server.name, data=_audit_view(server))
+        if outside_content:
+            server = set_output_trust(actor=actor, trust=OUTSIDE, server_id=server.id)
         if enabled and sync:
             _enqueue_sync(server)
     return server
@@ -237,32 +244,57 @@ def delete_server(*, actor: Actor, server_id: UUID | str) -> None:
 def set_trusted_output(*, actor: Actor, trusted: bool, server_id: UUID | str | None = None,
                        tool_id: UUID | str | None = None) -> McpServer | Tool:
     """An admin vouches (or stops vouching) for what a server's tools, or one tool, return: trusted output
-    does not taint a run by where it came from (a scanner finding in it still does).
+    does not taint a run by where it came from (a scanner finding in it still does). `set_output_trust`
+    with "trusted" or "" (marking trusted clears "outside content")."""
+    current = _output_target(actor, server_id=server_id, tool_id=tool_id, lock=False)
+    trust = TRUSTED if trusted else (OUTSIDE if current.outside_content else "")
+    return set_output_trust(actor=actor, trust=trust, server_id=server_id, tool_id=tool_id)
 
-    Writes McpServer or Tool + `server.trusted_output_changed` / `tool.trusted_output_changed` audit.
-    Raises PermissionDenied, NotFound, ValidationFailed (neither or both of server_id and tool_id).
+
+def set_output_trust(*, actor: Actor, trust: str, server_id: UUID | str | None = None,
+                     tool_id: UUID | str | None = None) -> McpServer | Tool:
+    """What an admin says of a server's (or one tool's) results: "trusted" (they do not taint a run by where
+    they came from), "outside" (text written outside the organisation, such as emails or tickets: reading one
+    taints a run as a third-party result does, whatever the tier and hints say) or "" (the tier and hints
+    decide). The two marks exclude each other.
+
+    Writes McpServer or Tool + a `<kind>.trusted_output_changed` and/or `<kind>.outside_content_changed`
+    audit row for each mark that changes. Raises PermissionDenied, NotFound, ValidationFailed (an unknown
+    trust, or neither or both of server_id and tool_id).
     """
     actor.require("servers.manage")
-    if (server_id is None) == (tool_id is None):
-        raise ValidationFailed("Name either a server or a tool to trust the output of.",
-                               {"target": "Give a server or a tool."})
+    if trust not in ("", TRUSTED, OUTSIDE):
+        raise ValidationFailed(f"Unknown output trust {trust!r}.",
+                               {"trust": f"Choose {TRUSTED!r}, {OUTSIDE!r} or '' (by tier and hints)."})
     with transaction.atomic():
-        if server_id is not None:
-            target: McpServer | Tool = McpServer.objects.select_for_update().get(
-                pk=selectors.get_server(org_id=actor.org_id, server_id=server_id).pk)
-            action, label = "server.trusted_output_changed", target.name
-        else:
-            target = Tool.objects.select_for_update().get(
-                pk=selectors.get_tool(org_id=actor.org_id, tool_id=tool_id).pk)
-            action, label = "tool.trusted_output_changed", target.qualified_name
-        if target.trusted_output != trusted:
-            audit.record(org_id=actor.org_id, actor=actor, action=action, target=target, target_label=label,
-                         data={"from": target.trusted_output, "to": trusted})
-            target.trusted_output = trusted
-            target.save(update_fields=["trusted_output", "updated_at"])
+        target = _output_target(actor, server_id=server_id, tool_id=tool_id, lock=True)
+        kind = "server" if isinstance(target, McpServer) else "tool"
+        label = target.name if kind == "server" else target.qualified_name
+        changed = []
+        for field, action, wanted in (("trusted_output", "trusted_output_changed", trust == TRUSTED),
+                                      ("outside_content", "outside_content_changed", trust == OUTSIDE)):
+            if getattr(target, field) != wanted:
+                audit.record(org_id=actor.org_id, actor=actor, action=f"{kind}.{action}", target=target,
+                             target_label=label, data={"from": not wanted, "to": wanted})
+                setattr(target, field, wanted)
+                changed.append(field)
+        if changed:
+            target.save(update_fields=[*changed, "updated_at"])
     if tool_id is not None:
         publish_after_commit(org_group(actor.org_id), "tool.changed", tool_id=str(target.id))
     return target
+
+
+def _output_target(actor: Actor, *, server_id: UUID | str | None, tool_id: UUID | str | None,
+                   lock: bool) -> McpServer | Tool:
+    if (server_id is None) == (tool_id is None):
+        raise ValidationFailed("Name either a server or a tool to set the output trust of.",
+                               {"target": "Give a server or a tool."})
+    if server_id is not None:
+        model, row = McpServer, selectors.get_server(org_id=actor.org_id, server_id=server_id)
+    else:
+        model, row = Tool, selectors.get_tool(org_id=actor.org_id, tool_id=tool_id)
+    return model.objects.select_for_update().get(pk=row.pk) if lock else row
 
 
 # --- sync ---------------------------------------------------------------------------------------

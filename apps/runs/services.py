@@ -21,7 +21,7 @@ from apps.core import tracing
 from apps.core.errors import Conflict, ValidationFailed
 from apps.costs import selectors as budgets
 from apps.crews import selectors as crews
-from apps.registry.definitions import reaches_open_world
+from apps.registry.definitions import TRUSTED, output_trust, reaches_open_world
 from apps.registry.models import Tool
 from apps.runs import ledger
 from apps.runs.ledger import append_event, lock_pending_requests, publish_status
@@ -104,7 +104,8 @@ def tool_snapshot(tool: Tool) -> dict[str, Any]:
             "risk": tool.risk, "state": tool.state, "pinned": tool.is_pinned, "trust_tier": tool.server.trust_tier,
             "definition_hash": tool.definition_hash,
             "open_world": reaches_open_world(tier=tool.server.trust_tier, annotations=tool.annotations),
-            "trusted_output": tool.trusted_output or tool.server.trusted_output}
+            "output_trust": output_trust(tool, tool.server),
+            "trusted_output": output_trust(tool, tool.server) == TRUSTED}
 
 
 def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | None = None,

@@ -18,6 +18,8 @@ from apps.agents import services as agent_services
 from apps.approvals.models import ApprovalRequest
 from apps.gateway.models import GatewaySession
 from apps.gateway.server import RATE_LIMITED
+from apps.registry import services as registry_services
+from apps.registry.models import Tool
 from apps.runs.models import ToolCall
 from tests.gateway.conftest import GRANTS, mcp_client, wait_for_ledgers, wait_until
 from tests.processes import run_async
@@ -204,3 +206,35 @@ def test_connected_clients_hear_when_the_agents_tools_change(gateway_url, setup,
     before, after = run_async(scenario())
     assert heard
     assert "orders.list_orders" in before and before - after == {"orders.list_orders"}
+
+
+@pytest.mark.parametrize("source", ["time.get_current_time", "orders.get_order_status"])
+def test_after_reading_untrusted_content_a_sessions_auto_write_waits_for_a_person(gateway_url, setup, source):
+    """A third-party tool's result, or an internal tool's that an admin marked outside content, taints the
+    gateway session as it taints a run: a write the grant runs by itself now waits (issue 27)."""
+    if source == "orders.get_order_status":
+        tool = Tool.objects.get(org_id=setup.org.id, qualified_name=source)
+        registry_services.set_output_trust(actor=setup.actor, tool_id=tool.id, trust="outside")
+    grants = [{"tool": "orders.get_order_status", "policy": "auto"}, {"tool": "orders.refund_order", "policy": "auto"},
+              {"tool": "time.get_current_time", "policy": "auto"}]
+    agent = agent_services.create_agent(actor=setup.actor, name="Desk, auto refunds", script=[], grants=grants,
+                                        connection_id=setup.agent.connection_id)
+    key = setup.create_key(agent=agent, hold_wait_s=1)["value"]
+    read_args = {"timezone": "UTC"} if source.startswith("time.") else {"order_id": "A-1001"}
+
+    async def clean():
+        async with mcp_client(gateway_url, key) as client:
+            return await client.call_tool("orders.refund_order", REFUND)
+
+    async def after_reading():
+        async with mcp_client(gateway_url, key) as client:
+            read = await client.call_tool(source, read_args)
+            return read, await client.call_tool("orders.refund_order", {**REFUND, "request_id": "refund-2"})
+
+    assert not run_async(clean()).is_error  # a session that read nothing untrusted: the grant decides
+    read, write = run_async(after_reading())
+    assert not read.is_error, read.content
+    assert write.is_error and write.content[0].text.startswith("PENDING APPROVAL"), write.content[0].text
+    assert list(refunds(setup)) == ["refund-A-1003"]
+    held = wait_until(lambda: ToolCall.objects.filter(qualified_name="orders.refund_order", state="held").first())
+    assert held.rule == "tainted" and source in held.reason, held.reason

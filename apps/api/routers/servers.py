@@ -7,7 +7,7 @@ from ninja.pagination import paginate
 
 from apps.api.bodies import Body
 from apps.api.pagination import Pagination
-from apps.api.trusted_output import TrustedOutputFields
+from apps.api.trusted_output import OutputTrustIn, TrustedOutputFields
 from apps.registry import imports, selectors, services
 from apps.registry.models import Transport, TrustTier
 
@@ -39,6 +39,7 @@ class ServerOut(TrustedOutputFields):
     sync_warnings: list[str]
     findings: list[dict[str, str]]  # the poisoning scan of its instructions, prompts and resource descriptions
     trusted_output: bool  # an admin vouches for its tools' results (they do not taint a run)
+    outside_content: bool  # an admin says its tools return outside text: reading a result taints a run
     allow_elicitation: bool  # may ask people for input mid-call (a form in the inbox)
     allow_sampling: bool  # may run the calling agent's model, counted to its run
     hold_sampling: bool  # sampling waits for a person's approval first
@@ -66,6 +67,8 @@ class ServerIn(Body):
     bearer_token: str = ""
     enabled: bool = True
     timeout_s: int = Field(30, ge=1, le=300)
+    outside_content: bool = Field(False, description="Its tools return text written outside the organisation "
+                                  "(emails, tickets, web pages): reading a result taints a run. See /output-trust.")
 
 
 class ServerPatch(Body):
@@ -247,6 +250,13 @@ def sync_server(request, server_id: UUID):
              summary="Mark (or unmark) the output of every tool of this server as trusted")
 def set_trusted_output(request, server_id: UUID, payload: TrustedOutputIn):
     services.set_trusted_output(actor=request.auth, server_id=server_id, trusted=payload.trusted)
+    return selectors.get_server(org_id=request.auth.org_id, server_id=server_id)
+
+
+@router.post("/{server_id}/output-trust", response=ServerOut,
+             summary="Say what its tools' results are: trusted, outside content, or as the tier and hints say")
+def set_output_trust(request, server_id: UUID, payload: OutputTrustIn):
+    services.set_output_trust(actor=request.auth, server_id=server_id, trust=payload.trust)
     return selectors.get_server(org_id=request.auth.org_id, server_id=server_id)
 
 

@@ -8,7 +8,7 @@ from ninja.pagination import paginate
 from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.api.routers.servers import TrustedOutputIn
-from apps.api.trusted_output import TrustedOutputFields
+from apps.api.trusted_output import OutputTrustIn, TrustedOutputFields
 from apps.registry import selectors, services
 from apps.registry.models import Risk, ToolState
 
@@ -43,6 +43,7 @@ class ToolOut(TrustedOutputFields):
     findings: list[FindingOut]
     diff: str
     trusted_output: bool  # an admin vouches for this tool's results (the server's setting is separate)
+    outside_content: bool  # an admin says it returns outside text: reading a result taints a run
 
     @staticmethod
     def resolve_diff(obj) -> str:
@@ -88,4 +89,11 @@ def pin_tool(request, tool_id: UUID):
 @router.post("/{tool_id}/trusted-output", response=ToolOut, summary="Mark (or unmark) this tool's output as trusted")
 def set_trusted_output(request, tool_id: UUID, payload: TrustedOutputIn):
     services.set_trusted_output(actor=request.auth, tool_id=tool_id, trusted=payload.trusted)
+    return selectors.get_tool(org_id=request.auth.org_id, tool_id=tool_id)
+
+
+@router.post("/{tool_id}/output-trust", response=ToolOut,
+             summary="Say what this tool's results are: trusted, outside content, or as its server says")
+def set_output_trust(request, tool_id: UUID, payload: OutputTrustIn):
+    services.set_output_trust(actor=request.auth, tool_id=tool_id, trust=payload.trust)
     return selectors.get_tool(org_id=request.auth.org_id, tool_id=tool_id)

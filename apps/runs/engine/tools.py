@@ -23,6 +23,7 @@ from apps.agents.prompts import wrap_tool_output
 from apps.core import log_context
 from apps.registry.arguments import copied_from, url_problem
 from apps.registry.builtin import is_builtin
+from apps.registry.definitions import OUTSIDE, TRUSTED, output_trust, untrusted_output
 from apps.registry.pool import PendingCall, ToolCallFailed, ToolCallTimeout, call_spec, call_tool, pool
 from apps.registry.scanner import scan_text
 from apps.registry.schemas import arguments_problem, input_validator
@@ -310,26 +311,36 @@ def _dispatched(store: Store, *, agent: dict[str, Any], tool: dict[str, Any] | N
         second_opinion.hand_over(store, row=row, text=scanned)
 
 
-def _trusted(store: Store, *, tool: dict[str, Any] | None, row: ToolCall) -> bool:
-    """An admin marked the tool's (or its server's) output trusted: no second opinion is asked for it."""
+def _trust(store: Store, *, tool: dict[str, Any] | None, row: ToolCall) -> str:
+    """What admins say of this tool's results now ("outside", "trusted" or ""): the live rows, so a mark set
+    while the run is under way applies to its next result; the run's snapshot when the tool is gone."""
     live = store.live_tool(row.qualified_name) if tool else None
     if live is not None:
-        return bool(live.trusted_output or live.server.trusted_output)
-    return bool((tool or {}).get("trusted_output"))
+        return output_trust(live, live.server)
+    return (tool or {}).get("output_trust", TRUSTED if (tool or {}).get("trusted_output") else "")
+
+
+def _trusted(store: Store, *, tool: dict[str, Any] | None, row: ToolCall) -> bool:
+    """An admin marked the tool's (or its server's) output trusted: no second opinion is asked for it."""
+    return _trust(store, tool=tool, row=row) == TRUSTED
 
 
 def taint_by(store: Store, *, tool: dict[str, Any] | None, row: ToolCall, flagged: bool) -> str:
     """Why this result taints the run ('' when it does not): flagged by the scanner, or read from content
-    Airlock does not control (a third-party server, an open-world tool), unless an admin trusts its output.
-    Provenance is the first line: an injection the scanner misses still taints the run."""
+    Airlock does not control (a third-party server, an open-world tool, a tool an admin marked outside content),
+    unless an admin trusts its output. Provenance is the first line: an injection the scanner misses still
+    taints the run."""
     call = f"the result of {row.qualified_name} (call {str(row.id)[:8]})"
     if flagged:
         return f"{call} looks like it carries instructions"
-    if tool is None or not (tool.get("trust_tier") == "third_party" or tool.get("open_world")):
+    if tool is None:
         return ""
-    live = store.live_tool(row.qualified_name)
-    trusted = (live.trusted_output or live.server.trusted_output) if live is not None else tool.get("trusted_output")
-    return "" if trusted else f"{call} is content Airlock does not control"
+    trust = _trust(store, tool=tool, row=row)
+    if not untrusted_output(tier=tool.get("trust_tier", ""), open_world=bool(tool.get("open_world")), trust=trust):
+        return ""
+    if trust == OUTSIDE:
+        return f"{call} is outside content (an admin marked it so)"
+    return f"{call} is content Airlock does not control"
 
 
 def _call(store: Store, *, tool: dict[str, Any] | None, row: ToolCall, arguments: dict[str, Any],

@@ -11,7 +11,7 @@ from apps.registry.pool import LIVE_SERVER_FIELDS
 from apps.runs.models import Run, RunStep, ToolCall
 
 LIVE_TOOL_FIELDS = ("id", "org_id", "qualified_name", "state", "risk", "definition_hash", "pinned_hash", "server",
-                    "trusted_output")
+                    "trusted_output", "outside_content")
 
 
 # The two reads of every engine step, as SQL built once per process from the models (apps/core/rows.py).

@@ -13,6 +13,7 @@ from django.shortcuts import redirect, render
 from apps.core.encryption import decrypt, encrypt
 from apps.core.errors import Conflict, ValidationFailed
 from apps.registry import resources, selectors, services
+from apps.registry.definitions import OUTSIDE
 from apps.registry.models import TRUST_TIER_HELP, Risk, ServerStatus, ToolState, Transport, TrustTier
 from apps.registry.oauth import Pending
 from apps.web.access import member_required, post_only
@@ -48,6 +49,10 @@ class ServerForm(forms.Form):
                               help_text="Name: value per line. Write-only: leave empty to keep.")
     bearer_token = forms.CharField(required=False, widget=forms.PasswordInput,
                                    help_text="Write-only: leave empty to keep the stored token.")
+    outside_content = forms.BooleanField(
+        required=False, label="Its tools return text written outside your organisation",
+        help_text="Emails, tickets, chat, customers' notes, web pages. Reading a result then taints a run, so later "
+                  "writes wait for a person, whatever the tier says.")
 
     def service_fields(self) -> dict:
         data = dict(self.cleaned_data)
@@ -107,7 +112,8 @@ def _detail_context(request: HttpRequest, server_id) -> dict:
             "polling": syncing or (server.status == ServerStatus.NEW and server.enabled),
             "tier_help": TRUST_TIER_HELP.get(server.trust_tier, ""),
             "can_manage": request.actor.can("servers.manage"),
-            "trusted": selectors.trusted_output_setting(server)}
+            "trusted": selectors.trusted_output_setting(server),
+            "outside": selectors.outside_content_setting(server)}
 
 
 def _detail(request: HttpRequest, server_id, template: str = "web/servers/detail.html") -> HttpResponse:
@@ -143,13 +149,17 @@ def server_edit(request: HttpRequest, server_id) -> HttpResponse:
     server = selectors.get_server(org_id=request.actor.org_id, server_id=server_id)
     if request.method != "POST":
         initial = {k: getattr(server, k) for k in ("name", "description", "transport", "trust_tier", "command",
-                                                    "cwd", "url")}
+                                                    "cwd", "url", "outside_content")}
         return _edit_page(request, server, ServerForm(initial={**initial, "args": "\n".join(server.args)}))
     form = ServerForm(request.POST)
     if not form.is_valid():
         return _edit_page(request, server, form, status=422)
+    fields = form.service_fields()
+    outside = fields.pop("outside_content")
     try:
-        saved = services.update_server(actor=request.actor, server_id=server.id, **form.service_fields())
+        saved = services.update_server(actor=request.actor, server_id=server.id, **fields)
+        if outside != server.outside_content:  # its own service and audit row; unticked keeps a "trusted" mark
+            services.set_output_trust(actor=request.actor, server_id=server.id, trust=OUTSIDE if outside else "")
     except ValidationFailed as exc:
         apply_domain_errors(form, exc)
         return _edit_page(request, server, form, status=422)
@@ -208,6 +218,29 @@ def tool_trusted_output(request: HttpRequest, tool_id) -> HttpResponse:
     return redirect("web:tool", tool_id=tool_id)
 
 
+OUTSIDE_ON = ("Marked outside content: reading one of its results taints a run, so later writes and open-world "
+              "reads wait for a person.")
+OUTSIDE_OFF = "No longer marked outside content: its tier and hints decide again."
+
+
+@post_only
+@member_required("servers.manage")
+def server_outside_content(request: HttpRequest, server_id) -> HttpResponse:
+    outside = request.POST.get("outside") == "1"
+    services.set_output_trust(actor=request.actor, server_id=server_id, trust=OUTSIDE if outside else "")
+    messages.success(request, OUTSIDE_ON if outside else OUTSIDE_OFF)
+    return redirect("web:server", server_id=server_id)
+
+
+@post_only
+@member_required("servers.manage")
+def tool_outside_content(request: HttpRequest, tool_id) -> HttpResponse:
+    outside = request.POST.get("outside") == "1"
+    services.set_output_trust(actor=request.actor, tool_id=tool_id, trust=OUTSIDE if outside else "")
+    messages.success(request, OUTSIDE_ON if outside else OUTSIDE_OFF)
+    return redirect("web:tool", tool_id=tool_id)
+
+
 @post_only
 @member_required("servers.manage")
 def server_delete(request: HttpRequest, server_id) -> HttpResponse:
@@ -221,6 +254,8 @@ def _tool_page(request: HttpRequest, tool_id, status: int = 200, error: str = ""
     context = {"tool": tool, "diff": services.tool_diff(tool), "risks": Risk.choices, "error": error,
                "trusted": selectors.trusted_output_setting(tool),
                "server_trusted": selectors.trusted_output_setting(tool.server),
+               "outside": selectors.outside_content_setting(tool),
+               "server_outside": selectors.outside_content_setting(tool.server),
                "states": [(s, label) for s, label in ToolState.choices if s != ToolState.REMOVED]}
     return render(request, "web/servers/tool.html", context, status=status)
 
