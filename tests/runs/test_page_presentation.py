@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from apps.crews import services as crew_services
 from apps.runs import services, worker
 from tests.conftest import signed_in
 from tests.runs.conftest import INPUTS
@@ -89,11 +90,13 @@ def test_no_page_shows_inputs_arguments_or_schemas_as_python(client, desk, owner
     run = worker.drive_run(run_id=run.id)
     refund = run.ledger.get(qualified_name="orders.refund_order")
     turn = run.steps.get(kind="agent", task="refund")
+    crew_services.update_crew(actor=desk.actor, crew_id=crew.id, inputs=INPUTS)  # the run page lists the change
     fork, fork_call = f"/runs/{run.id}/fork/?step={turn.position}", f"/runs/{run.id}/fork/calls/{refund.id}/"
     pages = [f"/runs/{run.id}/", fork, fork_call, "/inbox/", f"/tools/{refund.tool_id}/", f"/crews/{crew.id}/",
              f"/agents/{approval.agent_id}/", "/audit/", "/runs/", "/"]
     shown = {path: client.get(path).content.decode() for path in pages}
     assert {path: PYTHON_VALUE.findall(html) for path, html in shown.items() if PYTHON_VALUE.search(html)} == {}
     assert "&quot;urgent&quot;: true" in shown[f"/runs/{run.id}/"]
+    assert "&quot;required&quot;: false" in shown[f"/runs/{run.id}/"].split('data-testid="config-diff"')[1]
     assert 'id="input_urgent" name="input_urgent" value="true"' in shown[fork]
     assert "&quot;order_id&quot;: &quot;A-1001&quot;" in shown[fork_call]
