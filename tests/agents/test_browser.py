@@ -10,6 +10,12 @@ from tests.browser.test_foundation import sign_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
+CUT_OFF = """t => {
+  const room = t.parentElement, right = t.getBoundingClientRect().right, width = document.documentElement.clientWidth;
+  return room.scrollWidth > room.clientWidth + 1 || right > width + 1
+    ? `table ${room.scrollWidth} px in ${room.clientWidth} px, right edge ${right} of ${width}` : "";
+}"""
+
 
 def test_a_builder_creates_an_agent_with_an_allowlist(page: Page, live_url, builder):
     order_desk(builder.org)  # the registry an admin set up
@@ -52,6 +58,9 @@ def test_a_builder_creates_an_agent_with_an_allowlist(page: Page, live_url, buil
     permissions = page.get_by_test_id("effective-permissions")
     expect(permissions).to_contain_text("Runs without asking, unless amount_cents > 5000")
     expect(permissions).to_contain_text("This agent's grant for orders.delete_customer is deny.")
+    for width in (1280, 800):  # the table fits its card and the window: no column cut off on the right
+        page.set_viewport_size({"width": width, "height": 900})
+        assert permissions.evaluate(CUT_OFF) == "", width
     expect(page.get_by_test_id("history")).to_contain_text("v1")
 
 

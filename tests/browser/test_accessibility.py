@@ -125,15 +125,23 @@ def test_dropdowns_show_the_whole_choice_they_show(page: Page, live_url, world, 
     assert {p: c for p, c in cut.items() if c} == {}
 
 
-def test_a_failed_budget_save_shows_its_error_in_view_and_a_reload_does_not_break(page: Page, live_url, world):
+@pytest.mark.parametrize(("form_id", "field", "button", "error"), [
+    ("budget-form", "Amount (USD)", "Save budget", "budget-error"),
+    ("price-form", "Input $/M tokens", "Save price", "price-error"),  # the last form of the page
+])
+def test_a_failed_budget_or_price_save_shows_its_error_in_view_and_a_reload_does_not_break(
+        page: Page, live_url, world, form_id, field, button, error):
     sign_in(page, live_url, world.owner.user.email)
     page.set_viewport_size({"width": 1280, "height": 800})
     page.goto(f"{live_url}/costs/")
-    form = page.locator("#budget-form")
-    form.get_by_label("Amount (USD)").fill("lots")
-    form.get_by_role("button", name="Save budget").click()
-    alert = page.get_by_test_id("budget-error")
+    form = page.locator(f"#{form_id}")
+    if form_id == "price-form":
+        form.get_by_label("Model", exact=True).fill("some-model")
+    form.get_by_label(field, exact=True).fill("lots")
+    form.get_by_role("button", name=button).click()
+    alert = page.get_by_test_id(error)
     expect(alert).to_be_in_viewport()
-    expect(form.get_by_label("Amount (USD)")).to_be_focused()
+    expect(form.get_by_label(field, exact=True)).to_be_focused()
+    expect(form.get_by_label(field, exact=True)).to_be_in_viewport()
     page.reload()  # the address is the form's target: a GET goes back to the costs page, not a blank 405
     expect(page.get_by_role("heading", name="Costs", exact=True)).to_be_visible()

@@ -135,3 +135,24 @@ def test_a_failed_sync_shows_when_it_failed_not_never(client, admin):
     cell = html.split('data-testid="last-sync">')[1].split("</dd>")[0]
     assert "failed" in cell and "<time" in cell and "never" not in cell
     assert "failed <time" in client.get("/servers/").content.decode()
+
+
+def test_an_http_servers_url_headers_and_token_are_edited_in_the_form(client, admin):
+    from apps.accounts.actors import member_actor
+    from tests.registry.conftest import register
+
+    server = register(member_actor(admin), name="remote", transport="http", url="http://127.0.0.1:9/mcp",
+                      headers={"X-Team": "team-red-9"}, bearer_token="old-token-1234")
+    signed_in(client, admin)
+    form = client.get(f"/servers/{server.id}/edit/").content.decode()
+    assert 'value="http://127.0.0.1:9/mcp"' in form and 'value="http" data-transport-choice="http" checked' in form
+    assert "old-token-1234" not in form and "team-red-9" not in form  # write-only: blank keeps them
+    saved = client.post(f"/servers/{server.id}/edit/", {
+        "name": "remote", "transport": "http", "trust_tier": "official", "url": "http://127.0.0.1:9/v2/mcp",
+        "headers": "X-Team: blue", "bearer_token": "new-token-5678"})
+    assert saved.status_code == 302 and saved["Location"] == f"/servers/{server.id}/"
+    server.refresh_from_db()
+    assert (server.url, server.trust_tier) == ("http://127.0.0.1:9/v2/mcp", "official")
+    assert server.headers == {"X-Team": "blue", "Authorization": "Bearer new-token-5678"}
+    page = client.get(f"/servers/{server.id}/").content.decode()
+    assert "http://127.0.0.1:9/v2/mcp" in page and "syncing it again" in page and "new-token-5678" not in page

@@ -55,7 +55,7 @@ def test_an_approver_answers_a_question_and_a_servers_form_in_the_inbox(page: Pa
     item.get_by_label("Amount Cents").fill("250")
     item.get_by_label("Reason").fill("late parcel")
     item.get_by_role("button", name="Send").click()
-    expect(item.get_by_test_id("answer")).to_contain_text("accept")
+    expect(item.get_by_test_id("answer")).to_have_text('accept {"amount_cents": 250, "reason": "late parcel"}')  # JSON
     run = finished(form_run.id)
     assert run.status == "succeeded", run.error
     assert "refunded 250 cents on A-1001 (late parcel)" in run.output

@@ -94,6 +94,8 @@ def assert_finished_page(page: Page, run: Run) -> None:
     expect(header).to_contain_text(f"{run.tokens_in} / {run.tokens_out}")
     expect(header).to_contain_text(f"${run.cost_usd:.4f}")
     expect(page.get_by_role("button", name=CANCEL)).to_have_count(0)
+    expect(page.get_by_test_id("rerun")).to_be_visible()  # the actions follow the run: a finished run is re-run
+    expect(page.get_by_test_id("fork")).to_be_visible()
     expect(tree.locator("[data-testid=tool-call][data-state=succeeded]")).to_have_count(3)
     expect(header).to_contain_text("Refunded.")  # the final answer, once: in the header (the tree does not repeat it)
     expect(page.get_by_test_id("live-events").locator(f'li[data-seq="{run.last_seq}"]')).to_have_count(1)
@@ -112,6 +114,7 @@ def test_every_panel_of_the_run_page_follows_the_run_live(page: Page, mode_url, 
         live = page.get_by_test_id("run-live")
         expect(live).to_have_attribute("data-live-state", "open", timeout=20_000)
         expect(page.get_by_role("button", name=CANCEL)).to_be_visible()
+        expect(page.get_by_test_id("rerun")).to_have_count(0)
         expect(page.locator("#run-history")).to_contain_text("No steps yet")
 
         held = in_thread(drive, run.id)  # the worker's part, up to the held refund

@@ -122,6 +122,8 @@ def test_an_elicitation_is_answered_in_the_inbox_while_another_run_finishes(work
     viewer.force_login(desk_owner(org))
     trace = viewer.get(f"/runs/{run.id}/").content.decode()
     assert 'data-type="elicitation.answered"' in trace and answered.json()["decided_by"] in trace
+    assert "{&quot;amount_cents&quot;: 300, &quot;reason&quot;: &quot;late&quot;}" in trace  # JSON, not a dict
+    assert "&#x27;amount_cents&#x27;" not in trace
 
 
 @pytest.mark.parametrize("era", ["modern", "legacy"])

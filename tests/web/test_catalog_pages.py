@@ -80,3 +80,14 @@ def test_a_builder_is_told_whom_to_ask_and_can_write_to_them(client, builder, ow
 
     html = signed_in(client, owner).get("/servers/catalog/").content.decode()
     assert 'data-testid="ask-admin' not in html
+
+
+def test_a_builder_sent_from_the_dashboard_to_add_a_server_reaches_the_ask_an_admin_path(client, builder, admin):
+    signed_in(client, builder)
+    dashboard = client.get("/").content.decode()
+    step = dashboard.split("Register an MCP server")[0].rsplit('<a href="', 1)[1].split('"')[0]
+    servers = client.get(step).content.decode()
+    assert step == "/servers/" and 'href="/servers/catalog/"' in servers and "Open the catalog" in servers
+    catalog = client.get("/servers/catalog/").content.decode()
+    assert 'data-testid="ask-admin"' in catalog and admin.user.email in catalog
+    assert 'action="/servers/catalog/' not in catalog  # no register form a builder could only be refused by

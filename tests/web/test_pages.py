@@ -9,6 +9,7 @@ from django.core import mail
 
 from apps.accounts.models import ApiToken, Membership
 from apps.audit.models import AuditEvent
+from tests.conftest import signed_in
 from tests.factories import PASSWORD, add_member, make_org
 
 pytestmark = pytest.mark.django_db
@@ -169,3 +170,17 @@ def test_the_costs_page_says_when_nothing_was_spent(client, viewer):
 
 def test_healthz_answers_without_signing_in(client, db):
     assert client.get("/healthz").json() == {"status": "ok"}
+
+
+def test_no_main_page_shows_a_value_as_python(client, owner):
+    """Every page of the app with one of each object on it: values read as JSON (true, "x"), never
+    as Python ('x': True)."""
+    from tests.browser.test_accessibility import PAGES
+    from tests.runs.test_page_presentation import PYTHON_VALUE
+    from tests.security.routes import populate
+
+    world = populate(owner.org)
+    signed_in(client, owner)
+    pages = [*PAGES, "/runs/{run_id}/fork/", "/servers/{server_id}/edit/", "/settings/sso/"]
+    shown = {path: client.get(path.format(**world.ids)).content.decode() for path in pages}
+    assert {path: PYTHON_VALUE.findall(html) for path, html in shown.items() if PYTHON_VALUE.search(html)} == {}
