@@ -317,6 +317,9 @@ def _present_words(text: str) -> frozenset[str]:
     """Which of all the rules' words occur in a text (lower-cased, or case-folded beyond ASCII): each word looked
     for once, not once per rule."""
     folded = text.lower() if text.isascii() else text.casefold()
+    # A pattern's `\s+` matches any run of white space (tabs, new lines, control spaces), so a two-word rule
+    # word ("sin pedir") is looked for in the text with each run made one space.
+    folded = " ".join(folded.split())  # str.split's white space is re's \s: both are str.isspace
     return frozenset(filter(folded.__contains__, _ALL_WORDS))  # no Python frame per word
 
 
