@@ -19,6 +19,7 @@ import pytest
 from apps.accounts.actors import member_actor
 from apps.agents import selectors as agent_selectors
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox as definition_inbox
 from apps.audit.models import AuditEvent
 from apps.crews import services as crew_services
 from apps.registry import services as registry_services
@@ -76,7 +77,7 @@ def inbox(owner, tmp_path):
     server = registry_services.create_server(
         actor=actor, name="inbox", transport="stdio", trust_tier="internal", command=sys.executable,
         args=["-m", "tests.security.inbox_server"], cwd=str(ROOT), env={"INBOX_DATA": str(data)}, sync=False)
-    registry_services.sync_server(actor=actor, server_id=server.id)
+    registry_services.sync_server(actor=actor, server_id=server.id, review=definition_inbox)
     connection = agent_services.create_connection(actor=actor, name="Scripted", provider="scripted")
     yield Inbox(actor, data, server, connection)
     pool.close_all()

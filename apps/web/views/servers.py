@@ -10,6 +10,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from apps.approvals.definition_changes import inbox
 from apps.core.encryption import decrypt, encrypt
 from apps.core.errors import Conflict, ValidationFailed
 from apps.registry import resources, selectors, services
@@ -149,7 +150,7 @@ def server_edit(request: HttpRequest, server_id) -> HttpResponse:
     if not form.is_valid():
         return _edit_page(request, server, form, status=422)
     try:
-        saved = services.update_server(actor=request.actor, server_id=server.id, **form.service_fields())
+        saved = services.update_server(actor=request.actor, server_id=server.id, **form.service_fields(), review=inbox)
     except ValidationFailed as exc:
         apply_domain_errors(form, exc)
         return _edit_page(request, server, form, status=422)
@@ -185,7 +186,7 @@ def server_requests(request: HttpRequest, server_id) -> HttpResponse:
 @member_required("servers.manage")
 def server_toggle(request: HttpRequest, server_id) -> HttpResponse:
     current = selectors.get_server(org_id=request.actor.org_id, server_id=server_id)
-    services.set_server_enabled(actor=request.actor, server_id=server_id, enabled=not current.enabled)
+    services.set_server_enabled(actor=request.actor, server_id=server_id, enabled=not current.enabled, review=inbox)
     return redirect("web:server", server_id=server_id)
 
 
@@ -193,7 +194,7 @@ def server_toggle(request: HttpRequest, server_id) -> HttpResponse:
 @member_required("servers.manage")
 def server_trusted_output(request: HttpRequest, server_id) -> HttpResponse:
     trusted = request.POST.get("trusted") == "1"
-    services.set_trusted_output(actor=request.actor, server_id=server_id, trusted=trusted)
+    services.set_trusted_output(actor=request.actor, server_id=server_id, trusted=trusted, review=inbox)
     messages.success(request, "Output marked trusted: its results no longer taint a run by where they come from."
                      if trusted else "Output no longer trusted: its results taint a run again as their source says.")
     return redirect("web:server", server_id=server_id)
@@ -203,7 +204,7 @@ def server_trusted_output(request: HttpRequest, server_id) -> HttpResponse:
 @member_required("servers.manage")
 def tool_trusted_output(request: HttpRequest, tool_id) -> HttpResponse:
     trusted = request.POST.get("trusted") == "1"
-    services.set_trusted_output(actor=request.actor, tool_id=tool_id, trusted=trusted)
+    services.set_trusted_output(actor=request.actor, tool_id=tool_id, trusted=trusted, review=inbox)
     messages.success(request, "Output marked trusted." if trusted else "Output no longer trusted.")
     return redirect("web:tool", tool_id=tool_id)
 
@@ -233,7 +234,7 @@ def tool(request: HttpRequest, tool_id) -> HttpResponse:
 @post_only
 @member_required("servers.manage")
 def tool_pin(request: HttpRequest, tool_id) -> HttpResponse:
-    services.pin_tool(actor=request.actor, tool_id=tool_id)
+    services.pin_tool(actor=request.actor, tool_id=tool_id, review=inbox)
     messages.success(request, "Definition pinned: the tool is usable again.")
     return redirect("web:tool", tool_id=tool_id)
 
@@ -245,7 +246,7 @@ def tool_update(request: HttpRequest, tool_id) -> HttpResponse:
     risk, state = request.POST.get("risk") or None, request.POST.get("state") or None
     try:
         services.update_tool(actor=request.actor, tool_id=tool_id, risk=risk if risk != current.risk else None,
-                             state=state if state != current.state else None)
+                             state=state if state != current.state else None, review=inbox)
     except ValidationFailed as exc:
         return _tool_page(request, tool_id, status=422, error=exc.message)
     messages.success(request, "Tool updated.")
@@ -269,7 +270,7 @@ def resource(request: HttpRequest, resource_id) -> HttpResponse:
 @post_only
 @member_required("servers.manage")
 def resource_pin(request: HttpRequest, resource_id) -> HttpResponse:
-    resources.pin_resource(actor=request.actor, resource_id=resource_id)
+    resources.pin_resource(actor=request.actor, resource_id=resource_id, review=inbox)
     messages.success(request, "Definition pinned: the resource can be given to agents again.")
     return redirect("web:resource", resource_id=resource_id)
 
@@ -279,7 +280,7 @@ def resource_pin(request: HttpRequest, resource_id) -> HttpResponse:
 def resource_state(request: HttpRequest, resource_id) -> HttpResponse:
     try:
         resources.set_resource_state(actor=request.actor, resource_id=resource_id,
-                                     state=request.POST.get("state", ""))
+                                     state=request.POST.get("state", ""), review=inbox)
     except ValidationFailed as exc:
         return _resource_page(request, resource_id, status=422, error=exc.message)
     messages.success(request, "Resource updated.")
@@ -290,7 +291,7 @@ def resource_state(request: HttpRequest, resource_id) -> HttpResponse:
 @member_required("servers.manage")
 def resource_trusted_output(request: HttpRequest, resource_id) -> HttpResponse:
     trusted = request.POST.get("trusted") == "1"
-    resources.set_resource_trusted_output(actor=request.actor, resource_id=resource_id, trusted=trusted)
+    resources.set_resource_trusted_output(actor=request.actor, resource_id=resource_id, trusted=trusted, review=inbox)
     messages.success(request, "Content marked trusted: reading it no longer taints a run by where it comes from."
                      if trusted else "Content no longer trusted: reading it taints a run again.")
     return redirect("web:resource", resource_id=resource_id)
