@@ -90,6 +90,7 @@ def setup(stamps: Path) -> dict:
     from apps.accounts import services as accounts
     from apps.accounts.models import Membership
     from apps.agents import services as agents
+    from apps.approvals.definition_changes import inbox
     from apps.crews import services as crews
     from apps.registry import services as registry
 
@@ -102,7 +103,7 @@ def setup(stamps: Path) -> dict:
     server = registry.create_server(actor=actor, name="stamp", transport="stdio", trust_tier="internal",
                                     command=sys.executable, args=["-m", "bench.stamp_server"], cwd=str(ROOT),
                                     env={"BENCH_STAMP_FILE": str(stamps)}, sync=False)
-    report = registry.sync_server(actor=actor, server_id=server.id)
+    report = registry.sync_server(actor=actor, server_id=server.id, review=inbox)
     assert report.status == "ok", report.error
     connection = agents.create_connection(actor=actor, name="Scripted", provider="scripted")
     agent = agents.create_agent(actor=actor, name="Recorder", connection_id=connection.id,

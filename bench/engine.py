@@ -60,6 +60,7 @@ def setup(sizes: list[int]) -> Setup:
     from apps.accounts.models import Membership
     from apps.agents import services as agents
     from apps.agents.models import Agent
+    from apps.approvals.definition_changes import inbox
     from apps.crews import services as crews
     from apps.registry import services as registry
 
@@ -70,7 +71,7 @@ def setup(sizes: list[int]) -> Setup:
     server = registry.create_server(actor=actor, name="bench", transport="stdio", trust_tier="internal",
                                     command=sys.executable, args=["-m", "bench.lookup_server"], cwd=str(ROOT),
                                     sync=False)
-    report = registry.sync_server(actor=actor, server_id=server.id)
+    report = registry.sync_server(actor=actor, server_id=server.id, review=inbox)
     assert report.status == "ok", report.error
     connection = agents.create_connection(actor=actor, name="Scripted", provider="scripted")
     crew_ids: dict[str, dict[int, str]] = {"lookup": {}, "record": {}}

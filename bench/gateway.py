@@ -90,6 +90,7 @@ def _prepare() -> str:
     from apps.accounts import services as accounts
     from apps.accounts.actors import system_actor
     from apps.agents import services as agents
+    from apps.approvals.definition_changes import inbox
     from apps.gateway import services as gateway
     from apps.registry import services as registry
     from bench.gateway_peers import DOWNSTREAM
@@ -99,7 +100,7 @@ def _prepare() -> str:
     server = registry.create_server(actor=actor, name="bench", transport="stdio", trust_tier="internal",
                                     command=DOWNSTREAM[0], args=list(DOWNSTREAM[1:]), cwd=str(ROOT), env={},
                                     sync=False)
-    report = registry.sync_server(actor=actor, server_id=server.id)
+    report = registry.sync_server(actor=actor, server_id=server.id, review=inbox)
     assert report.status == "ok", report.error
     connection = agents.create_connection(actor=actor, name="Scripted", provider="scripted")
     agent = agents.create_agent(actor=actor, name="Bench", connection_id=connection.id, script=[],

@@ -93,6 +93,7 @@ def setup() -> dict:
     from apps.accounts.actors import member_actor
     from apps.accounts.models import Membership
     from apps.agents import services as agents
+    from apps.approvals.definition_changes import inbox
     from apps.crews import services as crews
     from apps.registry import services as registry
     from bench.live import _session_cookie
@@ -104,7 +105,7 @@ def setup() -> dict:
     server = registry.create_server(actor=actor, name="orders", transport="stdio", trust_tier="internal",
                                     command=sys.executable, args=["-m", "apps.demo.order_desk", "stdio"],
                                     cwd=str(ROOT), env={"ORDER_DESK_DATA": str(DESK_DATA)}, sync=False)
-    report = registry.sync_server(actor=actor, server_id=server.id)
+    report = registry.sync_server(actor=actor, server_id=server.id, review=inbox)
     assert report.status == "ok", report.error
     connection = agents.create_connection(actor=actor, name="Scripted", provider="scripted")
     reader = agents.create_agent(

@@ -92,6 +92,7 @@ def setup() -> dict:
     from apps.accounts.actors import member_actor
     from apps.accounts.models import Membership
     from apps.agents import services as agents
+    from apps.approvals.definition_changes import inbox
     from apps.crews import services as crews
     from apps.registry import services as registry
 
@@ -104,7 +105,7 @@ def setup() -> dict:
                                     command=sys.executable, args=["-m", "tests.reliability.slow_desk", "stdio"],
                                     cwd=str(ROOT), env={"ORDER_DESK_DATA": str(DESK_DATA), "SLOW_DESK_SECONDS": "1"},
                                     sync=False)
-    report = registry.sync_server(actor=owner, server_id=server.id)
+    report = registry.sync_server(actor=owner, server_id=server.id, review=inbox)
     assert report.status == "ok", report.error
     connection = agents.create_connection(actor=owner, name="Scripted", provider="scripted")
     inputs = [{"name": "tag", "type": "string", "required": True}]

@@ -89,6 +89,7 @@ class Bench:
         from apps.accounts.actors import member_actor
         from apps.accounts.models import Membership
         from apps.agents import services as agents
+        from apps.approvals.definition_changes import inbox
         from apps.registry import services as registry
 
         DATA.write_text(json.dumps({"messages": {}, "sent": []}))
@@ -99,7 +100,7 @@ class Bench:
                                         command=sys.executable, args=["-m", "tests.security.inbox_server"],
                                         cwd=str(ROOT),
                                         env={"INBOX_DATA": str(DATA), "PYTHONPATH": str(ROOT)}, sync=False)
-        report = registry.sync_server(actor=self.actor, server_id=server.id)
+        report = registry.sync_server(actor=self.actor, server_id=server.id, review=inbox)
         assert report.status == "ok", report.error
         self.read_tool = server.tools.get(name="read_message")
         self.connection = agents.create_connection(actor=self.actor, name="Scripted", provider="scripted")
@@ -107,9 +108,11 @@ class Bench:
 
     def mark_outside(self, outside: bool) -> None:
         """What an admin does for a tool that returns text written outside the organisation (issue 27)."""
+        from apps.approvals.definition_changes import inbox
         from apps.registry import services as registry
 
-        registry.set_output_trust(actor=self.actor, tool_id=self.read_tool.id, trust="outside" if outside else "")
+        registry.set_output_trust(actor=self.actor, tool_id=self.read_tool.id, trust="outside" if outside else "",
+                                  review=inbox)
 
     def messages(self, texts: dict[str, str]) -> None:
         data = json.loads(DATA.read_text())

@@ -129,6 +129,7 @@ def _airlock_side(base: str, sizes: list[int]) -> dict[int, list[dict]]:
     from apps.accounts.actors import member_actor
     from apps.accounts.models import Membership
     from apps.agents import services as agents
+    from apps.approvals.definition_changes import inbox
     from apps.crews import services as crews
     from apps.registry import services as registry
     from apps.runs import services as runs
@@ -141,7 +142,7 @@ def _airlock_side(base: str, sizes: list[int]) -> dict[int, list[dict]]:
     server = registry.create_server(actor=actor, name="bench", transport="stdio", trust_tier="internal",
                                     command=sys.executable, args=["-m", "bench.lookup_server"], cwd=str(ROOT),
                                     sync=False)
-    assert registry.sync_server(actor=actor, server_id=server.id).status == "ok"
+    assert registry.sync_server(actor=actor, server_id=server.id, review=inbox).status == "ok"
     connection = agents.create_connection(actor=actor, name="Fake model", provider="openai", base_url=f"{base}/v1",
                                           api_key="fake-key", default_model="gpt-4o-mini")
     team = []

@@ -23,6 +23,7 @@ from apps.accounts import services as accounts_services
 from apps.accounts.actors import system_actor
 from apps.accounts.models import Membership
 from apps.accounts.roles import Role
+from apps.approvals.definition_changes import inbox
 from apps.core.errors import NotFound
 from apps.costs import selectors as costs
 from apps.costs import services as costs_services
@@ -109,7 +110,7 @@ def _seed_order_desk(actor) -> bool:
         env={"ORDER_DESK_DATA": str(Path(settings.VAR_DIR) / "order-desk.json")},
         description="The bundled demo order desk: order lookups, refunds, customer deletion.", sync=False,
     )
-    registry_services.sync_server(actor=actor, server_id=server.id)
+    registry_services.sync_server(actor=actor, server_id=server.id, review=inbox)
     return True
 
 

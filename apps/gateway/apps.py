@@ -8,7 +8,8 @@ class GatewayConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        # Registry and agent changes reach every gateway process (apps.gateway.changes).
+        # Registry and agent changes reach every gateway process: cache invalidation, so on the models, where
+        # every writer's save is seen (apps.gateway.changes says why this is not an explicit call).
         from apps.gateway import changes  # imports models: only once apps are loaded
 
         receivers = [("agents.Agent", changes.agent_changed), ("agents.ToolGrant", changes.grant_changed),

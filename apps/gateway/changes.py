@@ -13,6 +13,13 @@ agents whose view changed; a key named in the message is re-checked on its next 
 
 A message is a nudge, never the data: a lost one is caught up by the gateway's slow re-read
 (`AIRLOCK_GATEWAY_VIEW_REFRESH_S`).
+
+Why save signals here, when domain flow never goes through them (STYLE.md): this is cache invalidation in
+other processes, not a decision. The rows are written by agents, registry and gateway services, two of those
+apps below this one, and every write of them, whoever makes it, leaves a gateway's cached view stale; a
+receiver on the model is the one place that sees each save and delete. The receivers write nothing and decide
+nothing. Definition-change inbox items, which are domain flow, are explicit calls instead
+(apps.registry.review).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 
 A resource's definition (definitions.canonical_resource) is pinned at first sight for an official or internal
 server with no high scan finding; a third-party server's waits for an admin's pin. A changed definition is
-quarantined until an admin pins it again (its page, the API, or the inbox's definition-change item). The
-content is not pinned: it may change between reads, and each read's hash goes into the run's trace.
+quarantined until an admin pins it again (its page, the API, or the inbox's definition-change item): each saved
+row is told to the caller's `review` (apps.registry.review), which keeps that item. The content is not pinned: it
+may change between reads, and each read's hash goes into the run's trace.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from apps.core.realtime import org_group, publish_after_commit
 from apps.registry import selectors
 from apps.registry.definitions import canonical_resource, definition_diff, definition_hash
 from apps.registry.models import McpServer, Resource, Severity, ToolState, TrustTier
+from apps.registry.review import DefinitionReview
 from apps.registry.scanner import scan_resource
 
 TRUSTED_TIERS = (TrustTier.OFFICIAL, TrustTier.INTERNAL)
@@ -41,10 +43,11 @@ def resource_fields(wire: dict[str, Any]) -> dict[str, Any]:
             "annotations": wire.get("annotations") or None}
 
 
-def sync_resources(*, actor: Actor, server: McpServer, listed: list[dict[str, Any]], now,
-                   warnings: list[str]) -> list[str]:
+def sync_resources(*, actor: Actor, server: McpServer, listed: list[dict[str, Any]], now, warnings: list[str],
+                   review: DefinitionReview) -> list[str]:
     """Creates or refreshes the server's resource rows from a sync's `resources/list` (the caller's transaction,
-    the server row locked). Returns the labels of the resources it quarantined now; audits each of them."""
+    the server row locked), telling `review` of each. Returns the labels of the resources it quarantined now;
+    audits each of them."""
     existing = {r.uri: r for r in Resource.objects.filter(server=server)}
     seen: set[str] = set()
     quarantined: list[str] = []
@@ -56,16 +59,18 @@ def sync_resources(*, actor: Actor, server: McpServer, listed: list[dict[str, An
             warnings.append(f"Refused: a resource URI longer than {URI_LIMIT} characters ({fields['uri'][:80]}…).")
             continue
         seen.add(fields["uri"])
-        if _sync_resource(server, existing.get(fields["uri"]), fields, now, actor):
+        if _sync_resource(server, existing.get(fields["uri"]), fields, now, actor, review):
             quarantined.append(f"{server.name} {fields['uri']}")
     for uri, resource in existing.items():
         if uri not in seen and resource.state != ToolState.REMOVED:
             resource.state, resource.state_reason = ToolState.REMOVED, REMOVED
             resource.save(update_fields=["state", "state_reason", "updated_at"])
+            review.resource_saved(resource)
     return quarantined
 
 
-def _sync_resource(server: McpServer, resource: Resource | None, fields: dict[str, Any], now, actor: Actor) -> bool:
+def _sync_resource(server: McpServer, resource: Resource | None, fields: dict[str, Any], now, actor: Actor,
+                   review: DefinitionReview) -> bool:
     """One resource: its definition, findings and state. True when it became quarantined now."""
     definition = canonical_resource(uri=fields["uri"], name=fields["name"], title=fields["title"],
                                     description=fields["description"], mime_type=fields["mime_type"],
@@ -87,6 +92,7 @@ def _sync_resource(server: McpServer, resource: Resource | None, fields: dict[st
     _decide_state(resource, high, previous_state, is_new=is_new)
     # Not the whole row: a run may note a read of it meanwhile (`note_read`), and that is not the sync's to undo.
     resource.save() if is_new else resource.save(update_fields=SYNCED_FIELDS)
+    review.resource_saved(resource)
     if resource.state != ToolState.QUARANTINED or not (is_new or previous_state != ToolState.QUARANTINED):
         return False
     audit.record(org_id=server.org_id, actor=actor, action="resource.quarantined", target=resource,
@@ -122,10 +128,11 @@ def _locked(actor: Actor, resource_id: UUID | str) -> Resource:
     return Resource.objects.select_for_update().select_related("server").get(pk=found.pk)
 
 
-def pin_resource(*, actor: Actor, resource_id: UUID | str) -> Resource:
+def pin_resource(*, actor: Actor, resource_id: UUID | str, review: DefinitionReview) -> Resource:
     """Approves the resource's current definition: pins its hash and lifts a quarantine.
 
-    Writes Resource + `resource.pinned` audit. Raises PermissionDenied, NotFound, Conflict (removed by its server).
+    Writes Resource (told to `review`) + `resource.pinned` audit. Raises PermissionDenied, NotFound, Conflict
+    (removed by its server).
     """
     actor.require("servers.manage")
     with transaction.atomic():
@@ -139,6 +146,7 @@ def pin_resource(*, actor: Actor, resource_id: UUID | str) -> Resource:
             resource.state, resource.state_reason = ToolState.ACTIVE, ""
         resource.save(update_fields=["pinned_hash", "pinned_definition", "pinned_at", "pinned_by", "state",
                                      "state_reason", "updated_at"])
+        review.resource_saved(resource)
         audit.record(org_id=actor.org_id, actor=actor, action="resource.pinned", target=resource,
                      target_label=resource.label,
                      data={"definition_hash": resource.definition_hash, "previous_pinned_hash": previous,
@@ -147,8 +155,8 @@ def pin_resource(*, actor: Actor, resource_id: UUID | str) -> Resource:
     return resource
 
 
-def set_resource_state(*, actor: Actor, resource_id: UUID | str, state: str) -> Resource:
-    """An admin disables, quarantines or re-activates (a pinned) resource. Writes Resource +
+def set_resource_state(*, actor: Actor, resource_id: UUID | str, state: str, review: DefinitionReview) -> Resource:
+    """An admin disables, quarantines or re-activates (a pinned) resource. Writes Resource (told to `review`) +
     `resource.state_changed` audit. Raises PermissionDenied, NotFound, ValidationFailed."""
     actor.require("servers.manage")
     allowed = (ToolState.ACTIVE, ToolState.DISABLED, ToolState.QUARANTINED)
@@ -170,13 +178,16 @@ def set_resource_state(*, actor: Actor, resource_id: UUID | str, state: str) -> 
                      target_label=resource.label, data={"from": resource.state, "to": state})
         resource.state, resource.state_reason = state, reasons[state]
         resource.save(update_fields=["state", "state_reason", "updated_at"])
+        review.resource_saved(resource)
     publish_after_commit(org_group(actor.org_id), "resource.changed", resource_id=str(resource.id))
     return resource
 
 
-def set_resource_trusted_output(*, actor: Actor, resource_id: UUID | str, trusted: bool) -> Resource:
+def set_resource_trusted_output(*, actor: Actor, resource_id: UUID | str, trusted: bool,
+                                review: DefinitionReview) -> Resource:
     """An admin vouches (or stops vouching) for a resource's content: it does not taint a run by where it comes
-    from (a scanner finding in it still does). Writes Resource + `resource.trusted_output_changed` audit."""
+    from (a scanner finding in it still does). Writes Resource (told to `review`) + `resource.trusted_output_changed`
+    audit."""
     actor.require("servers.manage")
     with transaction.atomic():
         resource = _locked(actor, resource_id)
@@ -186,6 +197,7 @@ def set_resource_trusted_output(*, actor: Actor, resource_id: UUID | str, truste
                          data={"from": resource.trusted_output, "to": trusted})
             resource.trusted_output = trusted
             resource.save(update_fields=["trusted_output", "updated_at"])
+            review.resource_saved(resource)
     return resource
 
 
@@ -198,8 +210,8 @@ def note_read(*, resource_id: UUID | str, content_hash: str) -> str:
         previous = rows.select_for_update().values_list("last_content_hash", flat=True).first()
         if previous is None:
             return ""
-        # An UPDATE, not save(): nothing listens for a read (a save would reach the inbox's definition-change
-        # listener), and only these columns are the read's.
+        # An UPDATE, not save(): a read changes no pin, state or definition (nothing to review, and nothing a
+        # gateway's view of the resource holds), and only these columns are the read's.
         now = timezone.now()
         rows.update(last_content_hash=content_hash, last_read_at=now, updated_at=now)
     return previous

@@ -1,6 +1,7 @@
 """The only writers of servers and tools. Each write is one transaction with its audit row;
 realtime events and sync tasks go out after commit. Secrets (env values, headers) are stored
-encrypted and never written to audit data, events or errors (only their keys).
+encrypted and never written to audit data, events or errors (only their keys). Each saved tool is
+told to the caller's `review` in the same transaction (apps.registry.review: the inbox's items).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from apps.registry.models import (
     Transport,
     TrustTier,
 )
+from apps.registry.review import DefinitionReview
 from apps.registry.scanner import scan_definition, scan_server
 
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,99}$")
@@ -150,25 +152,28 @@ def create_server(*, actor: Actor, name: str, transport: str, trust_tier: str, c
         raise Conflict(f"A server named {data['name']!r} already exists in this organisation.")
     with transaction.atomic():
         server = McpServer(org_id=actor.org_id, description=description, enabled=enabled, **data,
+                           outside_content=outside_content,
                            status=ServerStatus.NEW if enabled else ServerStatus.DISABLED)
         # Elicitation and sampling stay off until an admin turns them on for this server: a server that may
         # ask gets a session of its own for each call (seconds for a stdio server) instead of the shared pool.
         _save_server(server)
         audit.record(org_id=actor.org_id, actor=actor, action="server.created", target=server,
                      target_label=server.name, data=_audit_view(server))
-        if outside_content:
-            server = set_output_trust(actor=actor, trust=OUTSIDE, server_id=server.id)
+        if outside_content:  # the mark's own audit row, as set_output_trust writes it: who marked it shows
+            audit.record(org_id=actor.org_id, actor=actor, action="server.outside_content_changed", target=server,
+                         target_label=server.name, data={"from": False, "to": True})
         if enabled and sync:
             _enqueue_sync(server)
     return server
 
 
-def update_server(*, actor: Actor, server_id: UUID | str, bearer_token: str = "", sync: bool = True,
-                  **changes: Any) -> McpServer:
+def update_server(*, actor: Actor, server_id: UUID | str, review: DefinitionReview, bearer_token: str = "",
+                  sync: bool = True, **changes: Any) -> McpServer:
     """Edits a server. `env`/`headers` given replace the stored maps (None keeps them).
 
     Writes McpServer + `server.updated` audit (changed field names only); renames requalify its
-    tools; enqueues a sync on commit. Raises PermissionDenied, NotFound, ValidationFailed, Conflict.
+    tools (each told to `review`); enqueues a sync on commit. Raises PermissionDenied, NotFound,
+    ValidationFailed, Conflict.
     """
     actor.require("servers.manage")
     unknown = set(changes) - set(EDITABLE)
@@ -197,6 +202,7 @@ def update_server(*, actor: Actor, server_id: UUID | str, bearer_token: str = ""
             for tool in server.tools.all():
                 tool.qualified_name = qualified_name(server.name, tool.name)
                 tool.save(update_fields=["qualified_name", "updated_at"])
+                review.tool_saved(tool)
         audit.record(org_id=actor.org_id, actor=actor, action="server.updated", target=server,
                      target_label=server.name, data={"changed": changed, **_audit_view(server)})
         if changed and server.enabled and sync:
@@ -225,9 +231,9 @@ def set_server_requests(*, actor: Actor, server_id: UUID | str, allow_elicitatio
     return server
 
 
-def set_server_enabled(*, actor: Actor, server_id: UUID | str, enabled: bool) -> McpServer:
+def set_server_enabled(*, actor: Actor, server_id: UUID | str, enabled: bool, review: DefinitionReview) -> McpServer:
     """Enables or disables a server (its tools become unusable while disabled). Audited."""
-    return update_server(actor=actor, server_id=server_id, enabled=enabled)
+    return update_server(actor=actor, server_id=server_id, enabled=enabled, review=review)
 
 
 def delete_server(*, actor: Actor, server_id: UUID | str) -> None:
@@ -241,26 +247,26 @@ def delete_server(*, actor: Actor, server_id: UUID | str) -> None:
     publish_after_commit(org_group(actor.org_id), "server.deleted", server_id=str(server_id))
 
 
-def set_trusted_output(*, actor: Actor, trusted: bool, server_id: UUID | str | None = None,
+def set_trusted_output(*, actor: Actor, trusted: bool, review: DefinitionReview, server_id: UUID | str | None = None,
                        tool_id: UUID | str | None = None) -> McpServer | Tool:
     """An admin vouches (or stops vouching) for what a server's tools, or one tool, return: trusted output
     does not taint a run by where it came from (a scanner finding in it still does). `set_output_trust`
     with "trusted" or "" (marking trusted clears "outside content")."""
     current = _output_target(actor, server_id=server_id, tool_id=tool_id, lock=False)
     trust = TRUSTED if trusted else (OUTSIDE if current.outside_content else "")
-    return set_output_trust(actor=actor, trust=trust, server_id=server_id, tool_id=tool_id)
+    return set_output_trust(actor=actor, trust=trust, review=review, server_id=server_id, tool_id=tool_id)
 
 
-def set_output_trust(*, actor: Actor, trust: str, server_id: UUID | str | None = None,
+def set_output_trust(*, actor: Actor, trust: str, review: DefinitionReview, server_id: UUID | str | None = None,
                      tool_id: UUID | str | None = None) -> McpServer | Tool:
     """What an admin says of a server's (or one tool's) results: "trusted" (they do not taint a run by where
     they came from), "outside" (text written outside the organisation, such as emails or tickets: reading one
     taints a run as a third-party result does, whatever the tier and hints say) or "" (the tier and hints
     decide). The two marks exclude each other.
 
-    Writes McpServer or Tool + a `<kind>.trusted_output_changed` and/or `<kind>.outside_content_changed`
-    audit row for each mark that changes. Raises PermissionDenied, NotFound, ValidationFailed (an unknown
-    trust, or neither or both of server_id and tool_id).
+    Writes McpServer or Tool (a tool told to `review`) + a `<kind>.trusted_output_changed` and/or
+    `<kind>.outside_content_changed` audit row for each mark that changes. Raises PermissionDenied, NotFound,
+    ValidationFailed (an unknown trust, or neither or both of server_id and tool_id).
     """
     actor.require("servers.manage")
     if trust not in ("", TRUSTED, OUTSIDE):
@@ -280,6 +286,8 @@ def set_output_trust(*, actor: Actor, trust: str, server_id: UUID | str | None =
                 changed.append(field)
         if changed:
             target.save(update_fields=[*changed, "updated_at"])
+            if isinstance(target, Tool):
+                review.tool_saved(target)
     if tool_id is not None:
         publish_after_commit(org_group(actor.org_id), "tool.changed", tool_id=str(target.id))
     return target
@@ -311,13 +319,13 @@ class SyncReport:
     resources_quarantined: list[str] = field(default_factory=list)  # "server uri" of each
 
 
-def sync_server(*, actor: Actor, server_id: UUID | str) -> SyncReport:
+def sync_server(*, actor: Actor, server_id: UUID | str, review: DefinitionReview) -> SyncReport:
     """Connects to the server now and stores what it offers.
 
-    Writes McpServer (status, protocol, capabilities, lists, last_error), Tool rows (added,
-    changed, quarantined, removed), `server.synced`/`server.sync_failed` and `tool.quarantined`
-    audit rows; publishes `server.synced`. A failure is stored as a readable `last_error`,
-    never raised. Raises PermissionDenied, NotFound, Conflict (server disabled).
+    Writes McpServer (status, protocol, capabilities, lists, last_error), Tool and Resource rows (added,
+    changed, quarantined, removed; each told to `review` in the same transaction), `server.synced`/
+    `server.sync_failed` and `tool.quarantined` audit rows; publishes `server.synced`. A failure is stored
+    as a readable `last_error`, never raised. Raises PermissionDenied, NotFound, Conflict (server disabled).
     """
     actor.require("servers.manage")
     server = selectors.get_server(org_id=actor.org_id, server_id=server_id)
@@ -345,7 +353,7 @@ def sync_server(*, actor: Actor, server_id: UUID | str) -> SyncReport:
             discovery = run_discovery(spec_for(server))
         except ServerUnreachable as again:
             return _record_failure(actor=actor, server_id=server.pk, message=str(again))
-    return _apply_discovery(actor=actor, server_id=server.pk, discovery=discovery)
+    return _apply_discovery(actor=actor, server_id=server.pk, discovery=discovery, review=review)
 
 
 # --- OAuth (apps/registry/oauth.py) -------------------------------------------------------------
@@ -455,7 +463,7 @@ def _record_failure(*, actor: Actor, server_id: UUID, message: str) -> SyncRepor
     return SyncReport(status=ServerStatus.ERROR, error=message)
 
 
-def _apply_discovery(*, actor: Actor, server_id: UUID, discovery: Discovery) -> SyncReport:
+def _apply_discovery(*, actor: Actor, server_id: UUID, discovery: Discovery, review: DefinitionReview) -> SyncReport:
     now = timezone.now()
     with transaction.atomic():
         server = McpServer.objects.select_for_update().get(pk=server_id)
@@ -468,14 +476,15 @@ def _apply_discovery(*, actor: Actor, server_id: UUID, discovery: Discovery) -> 
                 warnings.append(f"Refused: {message}")
                 continue
             seen.add(fields["name"])
-            _sync_tool(server, existing.get(fields["name"]), fields, now, report, actor)
+            _sync_tool(server, existing.get(fields["name"]), fields, now, report, actor, review)
         for name, tool in existing.items():
             if name not in seen and tool.state != ToolState.REMOVED:
                 tool.state, tool.state_reason = ToolState.REMOVED, "The server no longer offers this tool."
                 tool.save(update_fields=["state", "state_reason", "updated_at"])
+                review.tool_saved(tool)
                 report.tools_removed += 1
-        report.resources_quarantined = resources.sync_resources(actor=actor, server=server,
-                                                                listed=discovery.resources, now=now, warnings=warnings)
+        report.resources_quarantined = resources.sync_resources(actor=actor, server=server, listed=discovery.resources,
+                                                                now=now, warnings=warnings, review=review)
         _store_server_facts(server, discovery, warnings, now)
         audit.record(org_id=server.org_id, actor=actor, action="server.synced", target=server,
                      target_label=server.name,
@@ -506,7 +515,7 @@ def _high_finding(findings: list[dict[str, str]]) -> dict[str, str] | None:
 
 
 def _sync_tool(server: McpServer, tool: Tool | None, fields: dict[str, Any], now, report: SyncReport,
-               actor: Actor) -> None:
+               actor: Actor, review: DefinitionReview) -> None:
     """Creates or refreshes one tool and decides its state (see ARCHITECTURE.md section 6)."""
     definition = canonical_definition(**{k: fields[k] for k in (
         "name", "title", "description", "input_schema", "output_schema", "annotations")})
@@ -534,6 +543,7 @@ def _sync_tool(server: McpServer, tool: Tool | None, fields: dict[str, Any], now
         tool.pinned_by = f"first sync ({server.get_trust_tier_display().lower()} server)"
     _decide_state(tool, high, previous_state)
     tool.save()
+    review.tool_saved(tool)
     if tool.state == ToolState.QUARANTINED and (is_new or previous_state != ToolState.QUARANTINED):
         report.quarantined.append(tool.qualified_name)
         audit.record(org_id=server.org_id, actor=actor, action="tool.quarantined", target=tool,
@@ -560,10 +570,10 @@ def _decide_state(tool: Tool, high: dict[str, str] | None, previous_state: str) 
 
 # --- tools --------------------------------------------------------------------------------------
 
-def pin_tool(*, actor: Actor, tool_id: UUID | str) -> Tool:
+def pin_tool(*, actor: Actor, tool_id: UUID | str, review: DefinitionReview) -> Tool:
     """Approves the tool's current definition: pins its hash and lifts a quarantine.
 
-    Writes Tool + `tool.pinned` audit (hashes and finding codes). Raises PermissionDenied,
+    Writes Tool (told to `review`) + `tool.pinned` audit (hashes and finding codes). Raises PermissionDenied,
     NotFound, Conflict (the tool was removed by its server).
     """
     actor.require("servers.manage")
@@ -581,6 +591,7 @@ def pin_tool(*, actor: Actor, tool_id: UUID | str) -> Tool:
             tool.state, tool.state_reason = ToolState.ACTIVE, ""
         tool.save(update_fields=["pinned_hash", "pinned_definition", "pinned_at", "pinned_by", "state",
                                  "state_reason", "risk", "risk_source", "updated_at"])
+        review.tool_saved(tool)
         audit.record(org_id=actor.org_id, actor=actor, action="tool.pinned", target=tool,
                      target_label=tool.qualified_name,
                      data={"definition_hash": tool.definition_hash, "previous_pinned_hash": previous,
@@ -589,11 +600,12 @@ def pin_tool(*, actor: Actor, tool_id: UUID | str) -> Tool:
     return tool
 
 
-def update_tool(*, actor: Actor, tool_id: UUID | str, risk: str | None = None, state: str | None = None) -> Tool:
+def update_tool(*, actor: Actor, tool_id: UUID | str, review: DefinitionReview, risk: str | None = None,
+                state: str | None = None) -> Tool:
     """An admin overrides a tool's risk class (risk_source becomes `admin`) and/or its state
     (`disabled`, `quarantined`, or `active` for a pinned tool).
 
-    Writes Tool + `tool.risk_changed` / `tool.state_changed` audit rows. Raises
+    Writes Tool (told to `review`) + `tool.risk_changed` / `tool.state_changed` audit rows. Raises
     PermissionDenied, NotFound, ValidationFailed.
     """
     actor.require("servers.manage")
@@ -612,6 +624,7 @@ def update_tool(*, actor: Actor, tool_id: UUID | str, risk: str | None = None, s
         if state is not None and state != tool.state:
             _change_state(actor, tool, state)
         tool.save(update_fields=["risk", "risk_source", "state", "state_reason", "updated_at"])
+        review.tool_saved(tool)
     publish_after_commit(org_group(actor.org_id), "tool.changed", tool_id=str(tool.id))
     return tool
 

@@ -13,6 +13,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from apps.accounts.actors import Actor
+from apps.approvals import definition_changes
 from apps.approvals import selectors as approval_selectors
 from apps.approvals import services as approvals
 from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
@@ -77,7 +78,7 @@ def decide_approval(*, actor: Actor, approval_id: UUID | str, decision: str, arg
         if request.kind in (ApprovalKind.QUESTION, ApprovalKind.ELICITATION):
             raise Conflict("This item asks for an answer, not a decision: answer it instead.")
         if request.kind == ApprovalKind.DEFINITION_CHANGE:
-            return approvals.decide_definition_change(actor=actor, approval_id=approval_id, decision=decision,
+            return definition_changes.decide_definition_change(actor=actor, approval_id=approval_id, decision=decision,
                                                       comment=comment)
         if expected_args_hash and expected_args_hash != (request.approved_args_hash or request.args_hash):
             raise Conflict("The arguments changed since you looked (another approver edited them): "

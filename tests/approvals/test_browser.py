@@ -12,6 +12,7 @@ from playwright.sync_api import Page, expect
 
 from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox
 from apps.registry import services as registry_services
 from apps.runs import services
 from tests.browser.test_foundation import sign_in
@@ -29,7 +30,7 @@ def order_desk(owner, data) -> Desk:
     server = registry_services.create_server(
         actor=actor, name="orders", transport="stdio", trust_tier="internal", command=sys.executable,
         args=["-m", "apps.demo.order_desk", "stdio"], cwd=str(ROOT), env={"ORDER_DESK_DATA": str(data)}, sync=False)
-    registry_services.sync_server(actor=actor, server_id=server.id)
+    registry_services.sync_server(actor=actor, server_id=server.id, review=inbox)
     connection = agent_services.create_connection(actor=actor, name="Scripted", provider="scripted")
     return Desk(actor, data, connection)
 

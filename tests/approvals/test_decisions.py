@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from apps.accounts.actors import member_actor
 from apps.approvals import standing
+from apps.approvals.definition_changes import inbox
 from apps.approvals.models import ApprovalRequest, StandingApproval
 from apps.audit.models import AuditEvent
 from apps.audit.selectors import verify_chain
@@ -183,7 +184,7 @@ def test_an_approved_edit_runs_with_the_edited_arguments(desk, org):
 def test_separation_of_duties_for_dangerous_tools_and_no_standing_approval(desk, org):
     admin = member_actor(add_member(org, "admin"))
     tool = Tool.objects.get(qualified_name="orders.refund_order")
-    registry_services.update_tool(actor=desk.actor, tool_id=tool.id, risk="dangerous")
+    registry_services.update_tool(actor=desk.actor, tool_id=tool.id, risk="dangerous", review=inbox)
     crew = desk.refund_desk()
     run, request = held_run(desk, crew, actor=admin)
     assert request.risk == "dangerous" and request.requested_by_user_id == admin.user_id

@@ -17,6 +17,7 @@ from django.test import override_settings
 from django.utils import timezone
 
 from apps.accounts.actors import member_actor
+from apps.approvals.definition_changes import inbox
 from apps.approvals.models import ApprovalRequest
 from apps.core.errors import ValidationFailed
 from apps.notifications import services as notifications
@@ -157,6 +158,7 @@ def test_a_drifted_definition_is_an_inbox_item_for_admins_and_pinning_lifts_the_
     tool.definition_hash = "f" * 64
     tool.state, tool.state_reason = "quarantined", "Its definition changed since it was pinned."
     tool.save()
+    inbox.tool_saved(tool)  # as a sync that saw the new definition tells its review (test_definition_changes syncs)
     item = ApprovalRequest.objects.get(kind="definition_change", tool=tool)
     assert item.status == "pending" and "evil.example" in item.context["diff"]
     client.force_login(approver.user)

@@ -20,6 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox
 from apps.registry import resources
 from apps.registry import services as registry_services
 from apps.registry.models import Resource, Tool
@@ -86,15 +87,15 @@ def register_and_pin(actor, *, read: tuple[str, ...] = (), pin_resources: bool =
     """Registers, syncs and pins every tool and resource (as an admin would); `read` tools get the read risk
     class."""
     server = registry_services.create_server(actor=actor, sync=False, **fields)
-    report = registry_services.sync_server(actor=actor, server_id=server.id)
+    report = registry_services.sync_server(actor=actor, server_id=server.id, review=inbox)
     assert report.status == "ok", report.error
     for tool in Tool.objects.filter(server=server):
         if not tool.is_pinned or tool.state != "active":
-            registry_services.pin_tool(actor=actor, tool_id=tool.id)
+            registry_services.pin_tool(actor=actor, tool_id=tool.id, review=inbox)
         if tool.name in read:
-            registry_services.update_tool(actor=actor, tool_id=tool.id, risk="read")
+            registry_services.update_tool(actor=actor, tool_id=tool.id, risk="read", review=inbox)
     for resource in Resource.objects.filter(server=server) if pin_resources else ():
-        resources.pin_resource(actor=actor, resource_id=resource.id)
+        resources.pin_resource(actor=actor, resource_id=resource.id, review=inbox)
     return server
 
 

@@ -19,6 +19,7 @@ import pytest
 
 from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox
 from apps.gateway import services as gateway_services
 from apps.registry import services as registry_services
 from apps.registry.models import Tool
@@ -76,12 +77,12 @@ def keyed_gateway(gateway_url, org, owner, reference_server, process_logs):
     actor = member_actor(owner)
     server = registry_services.create_server(actor=actor, name="conformance", transport="http",
                                              trust_tier="internal", url=reference_server, sync=False)
-    report = registry_services.sync_server(actor=actor, server_id=server.id)
+    report = registry_services.sync_server(actor=actor, server_id=server.id, review=inbox)
     assert report.status == "ok", report.error
     for tool in Tool.objects.filter(server=server):
         if not tool.is_pinned or tool.state != "active":
-            registry_services.pin_tool(actor=actor, tool_id=tool.id)
-        registry_services.update_tool(actor=actor, tool_id=tool.id, risk="read")
+            registry_services.pin_tool(actor=actor, tool_id=tool.id, review=inbox)
+        registry_services.update_tool(actor=actor, tool_id=tool.id, risk="read", review=inbox)
     registry_services.set_server_requests(actor=actor, server_id=server.id, allow_elicitation=True,
                                           allow_sampling=True)
     connection = agent_services.create_connection(actor=actor, name="Scripted", provider="scripted")

@@ -12,6 +12,7 @@ import pytest
 
 from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox
 from apps.gateway import services as gateway_services
 from apps.registry import oauth
 from apps.registry import services as registry_services
@@ -34,10 +35,10 @@ def test_a_call_through_the_gateway_refreshes_a_due_token_first_and_a_refused_re
         server = registry_services.create_server(actor=actor, name="guarded", transport="http",
                                                  trust_tier="internal", url=protected.mcp_url, sync=False)
         authorize_in_browser(signed_in(client, owner), server, protected)
-        assert registry_services.sync_server(actor=actor, server_id=server.id).status == ServerStatus.OK
+        assert registry_services.sync_server(actor=actor, server_id=server.id, review=inbox).status == ServerStatus.OK
         whoami = Tool.objects.get(server=server, name="whoami")
-        registry_services.pin_tool(actor=actor, tool_id=whoami.id)
-        registry_services.update_tool(actor=actor, tool_id=whoami.id, risk="read")
+        registry_services.pin_tool(actor=actor, tool_id=whoami.id, review=inbox)
+        registry_services.update_tool(actor=actor, tool_id=whoami.id, risk="read", review=inbox)
         connection = agent_services.create_connection(actor=actor, name="Scripted", provider="scripted")
         agent = agent_services.create_agent(actor=actor, name="Guarded caller", connection_id=connection.id,
                                             script=[], grants=[{"tool": "guarded.whoami", "policy": "auto"}])

@@ -10,6 +10,7 @@ import pytest
 
 from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox
 from apps.runs.models import Run, ToolCall
 from tests.gateway.conftest import ROOT, SERVERS, Setup, mcp_client, register_and_pin, wait_until
 from tests.processes import run_async
@@ -190,11 +191,11 @@ def test_a_resource_is_offered_only_while_it_is_active_and_pinned(gateway_url, s
     uris, read = run_async(listed_and_read())
     assert chosen.uri in uris and read.contents
 
-    registry_resources.set_resource_state(actor=setup.actor, resource_id=chosen.id, state="quarantined")
+    registry_resources.set_resource_state(actor=setup.actor, resource_id=chosen.id, state="quarantined", review=inbox)
     uris, read = wait_until(lambda: (found := run_async(listed_and_read()))[0] and chosen.uri not in found[0]
                             and found)
     assert uris and "Resource not found" in str(read)
 
-    registry_resources.pin_resource(actor=setup.actor, resource_id=chosen.id)  # lifts the quarantine
+    registry_resources.pin_resource(actor=setup.actor, resource_id=chosen.id, review=inbox)  # lifts the quarantine
     uris, read = wait_until(lambda: (found := run_async(listed_and_read()))[0] and chosen.uri in found[0] and found)
     assert read.contents and str(read.contents[0].uri) == chosen.uri

@@ -15,6 +15,7 @@ from mcp import MCPError
 from mcp.types import ToolListChangedNotification
 
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox
 from apps.approvals.models import ApprovalRequest
 from apps.gateway.models import GatewaySession
 from apps.gateway.server import RATE_LIMITED
@@ -214,7 +215,7 @@ def test_after_reading_untrusted_content_a_sessions_auto_write_waits_for_a_perso
     gateway session as it taints a run: a write the grant runs by itself now waits (issue 27)."""
     if source == "orders.get_order_status":
         tool = Tool.objects.get(org_id=setup.org.id, qualified_name=source)
-        registry_services.set_output_trust(actor=setup.actor, tool_id=tool.id, trust="outside")
+        registry_services.set_output_trust(actor=setup.actor, tool_id=tool.id, trust="outside", review=inbox)
     grants = [{"tool": "orders.get_order_status", "policy": "auto"}, {"tool": "orders.refund_order", "policy": "auto"},
               {"tool": "time.get_current_time", "policy": "auto"}]
     agent = agent_services.create_agent(actor=setup.actor, name="Desk, auto refunds", script=[], grants=grants,

@@ -18,6 +18,7 @@ from django.db import connection
 from mcp import MCPError
 from mcp.types import ToolListChangedNotification
 
+from apps.approvals.definition_changes import inbox
 from apps.gateway.ratelimit import LocalRateLimiter, RedisRateLimiter, rate_limiter
 from apps.registry import services as registry_services
 from apps.registry.models import Tool
@@ -131,9 +132,9 @@ def test_a_quarantine_and_a_pin_made_elsewhere_reach_the_clients_of_another_gate
     def change(**kwargs):
         try:
             if kwargs:
-                registry_services.update_tool(actor=setup.actor, tool_id=tool.id, **kwargs)
+                registry_services.update_tool(actor=setup.actor, tool_id=tool.id, **kwargs, review=inbox)
             else:
-                registry_services.pin_tool(actor=setup.actor, tool_id=tool.id)
+                registry_services.pin_tool(actor=setup.actor, tool_id=tool.id, review=inbox)
         finally:
             connection.close()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from apps.approvals.definition_changes import inbox
 from apps.registry import selectors, services
 from apps.registry.catalog import catalog, catalog_entry
 from apps.registry.models import TrustTier
@@ -41,7 +42,7 @@ def test_third_party_entries_need_nothing_fetched_at_start():
 def test_the_bundled_order_desk_syncs_as_suggested(actor):
     server = services.create_server(actor=actor, sync=False, **catalog_entry("orders").server_fields())
 
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
 
     assert report.status == "ok", report.error
     tools = {t.name: t.risk for t in selectors.tools_for_org(org_id=actor.org_id, server=server.id)}
@@ -57,7 +58,7 @@ def test_the_bundled_order_desk_works_under_every_tier(actor, tier):
     fields = {**catalog_entry("orders").server_fields(), "trust_tier": tier}
     server = services.create_server(actor=actor, sync=False, **fields)
 
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
 
     assert report.status == "ok", report.error
     result = pool.call_tool(server.id, "get_order_status", {"order_id": "A-1001"}, timeout=20)

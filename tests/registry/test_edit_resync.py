@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from apps.approvals.definition_changes import inbox
 from apps.registry import selectors, services
 from tests.conftest import signed_in
 from tests.registry.conftest import ROOT, SERVERS, register_python, write_tools
@@ -31,7 +32,7 @@ def test_editing_the_environment_resyncs_and_holds_a_changed_tool(client, admin,
     first = write_tools(tmp_path / "one.json", [{"name": "look", "description": "v1"}])
     second = write_tools(tmp_path / "two.json", [{"name": "look", "description": "v2, after the edit"}])
     server = register_python(member_actor(admin), "conf", "configurable.py", env={"TOOLS_FILE": str(first)})
-    services.sync_server(actor=member_actor(admin), server_id=server.id)
+    services.sync_server(actor=member_actor(admin), server_id=server.id, review=inbox)
     tool = selectors.get_tool_by_qualified_name(org_id=admin.org_id, qualified_name="conf.look")
     assert tool.state == "active"
     synced = server.__class__.objects.get(pk=server.pk).last_synced_at

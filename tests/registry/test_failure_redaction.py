@@ -8,6 +8,7 @@ import secrets
 import pytest
 
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox
 from apps.audit.models import AuditEvent
 from apps.registry import services
 from tests.registry.conftest import register_python
@@ -23,7 +24,7 @@ def test_a_crash_that_prints_the_orgs_secrets_is_stored_without_them(actor, tmp_
     config.write_text(f"[upstream]\nllm_key = {llm_key}\nservice_token = {own_token}\n")
     server = register_python(actor, "dumpy", "config_dump_on_start.py",
                              env={"CONFIG_FILE": str(config), "SERVICE_TOKEN": own_token})
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
     server.refresh_from_db()
     assert report.status == "error" and server.last_error == report.error
     assert "fatal: upstream refused us" in server.last_error  # the server's words, still there
@@ -40,7 +41,7 @@ def test_no_piece_of_a_secret_is_left_where_the_servers_output_is_cut(actor, tmp
     config = tmp_path / "upstream.ini"
     config.write_text(f"upstream {llm_key} " + "z" * 580)  # the last 600 characters start inside the key
     server = register_python(actor, "dumpy", "config_dump_on_start.py", env={"CONFIG_FILE": str(config)})
-    services.sync_server(actor=actor, server_id=server.id)
+    services.sync_server(actor=actor, server_id=server.id, review=inbox)
     server.refresh_from_db()
     assert "z" * 500 in server.last_error
     assert llm_key[-12:] not in server.last_error

@@ -8,6 +8,7 @@ import sys
 import pytest
 from django.test import override_settings
 
+from apps.approvals.definition_changes import inbox
 from apps.core.egress import EgressRefused, check_url
 from apps.registry import pool, services
 from apps.registry.pool import ToolCallFailed
@@ -16,7 +17,7 @@ from tests.registry.conftest import ROOT, SERVERS, register, register_python
 
 
 def _sync_error(actor, server):
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
     server.refresh_from_db()
     assert report.status == "error" and server.status == "error"
     assert server.last_error == report.error
@@ -74,8 +75,9 @@ def test_bad_token_and_good_token(actor, guarded_url):
     assert "refused the credentials (HTTP 401)" in error
     assert "wrong-token-value" not in error
 
-    services.update_server(actor=actor, server_id=server.id, bearer_token="s3cret-token-value", sync=False)
-    assert services.sync_server(actor=actor, server_id=server.id).status == "ok"
+    services.update_server(actor=actor, server_id=server.id, bearer_token="s3cret-token-value", sync=False,
+                           review=inbox)
+    assert services.sync_server(actor=actor, server_id=server.id, review=inbox).status == "ok"
     assert pool.call_tool(server.id, "ping", {}, timeout=5).text == "pong"
 
 

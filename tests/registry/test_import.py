@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
+from apps.approvals.definition_changes import inbox
 from apps.audit.models import AuditEvent
 from apps.registry import imports, selectors, services
 from apps.registry.models import McpServer
@@ -169,7 +170,7 @@ def test_an_imported_local_server_syncs_its_tools(client, org, actor, admin_toke
         "env": {"ORDER_DESK_DATA": str(tmp_path / "orders.json")}}}})
     [result] = _api_import(client, admin_token, config, dry_run=False, trust_tier={"orders": "internal"}).json()[
         "results"]
-    report = services.sync_server(actor=actor, server_id=result["server_id"])
+    report = services.sync_server(actor=actor, server_id=result["server_id"], review=inbox)
     assert report.status == "ok", report.error
     assert report.tools_added == 4
     assert selectors.get_server(org_id=org.id, server_id=result["server_id"]).trust_tier == "internal"

@@ -12,6 +12,7 @@ import pytest
 from django.urls import reverse
 
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox
 from apps.audit.models import AuditEvent
 from apps.audit.org_secrets import redact_outside
 from apps.crews import services as crew_services
@@ -67,7 +68,7 @@ def authorize_in_browser(client, server, protected, **form) -> None:
 def test_registering_an_oauth_server_asks_for_authorization_then_lists_and_calls_its_tools(
         client, owner, actor, protected):
     server = register(actor, name="guarded", transport="http", url=protected.mcp_url)
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
     assert report.status == ServerStatus.NEEDS_AUTH
     signed_in(client, owner)
     page = client.get(reverse("web:server", args=[server.id])).content.decode()
@@ -75,7 +76,7 @@ def test_registering_an_oauth_server_asks_for_authorization_then_lists_and_calls
     assert "1 needs authorization" in client.get(reverse("web:dashboard")).content.decode()
 
     authorize_in_browser(client, server, protected)
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
     assert report.status == ServerStatus.OK, report.error
     server.refresh_from_db()
     assert [t.name for t in server.tools.all()] == ["whoami"]
@@ -109,12 +110,12 @@ def test_an_expiring_token_is_refreshed_and_a_refused_refresh_means_needs_author
         first = server.oauth_secrets["access_token"]
         # A token shorter-lived than the margin is not refreshed on every use (each refresh would revoke
         # the token another process is using): it is used until half its life is gone ...
-        assert services.sync_server(actor=actor, server_id=server.id).status == ServerStatus.OK
+        assert services.sync_server(actor=actor, server_id=server.id, review=inbox).status == ServerStatus.OK
         server.refresh_from_db()
         assert server.oauth_secrets["access_token"] == first
         # ... then refreshed before use
         time.sleep(max(0.0, oauth.refresh_due(server.oauth) - time.time()) + 0.2)
-        assert services.sync_server(actor=actor, server_id=server.id).status == ServerStatus.OK
+        assert services.sync_server(actor=actor, server_id=server.id, review=inbox).status == ServerStatus.OK
         server.refresh_from_db()
         assert server.oauth_secrets["access_token"] != first
         assert server.oauth["expires_at"] > time.time()
@@ -123,7 +124,7 @@ def test_an_expiring_token_is_refreshed_and_a_refused_refresh_means_needs_author
         import httpx2
         httpx2.post(f"{protected.as_url}/test/revoke-all/", trust_env=False)  # the provider revokes Airlock
         # The token is not due, but the server refuses it: one refresh is tried, and refused
-        report = services.sync_server(actor=actor, server_id=server.id)
+        report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
         assert report.status == ServerStatus.NEEDS_AUTH
         server.refresh_from_db()
         assert server.status == ServerStatus.NEEDS_AUTH and "authorize Airlock again" in server.last_error
@@ -132,11 +133,11 @@ def test_an_expiring_token_is_refreshed_and_a_refused_refresh_means_needs_author
         assert api["status"] == "needs_auth"
 
         authorize_in_browser(client, server, protected)  # one click to re-authorize
-        assert services.sync_server(actor=actor, server_id=server.id).status == ServerStatus.OK
+        assert services.sync_server(actor=actor, server_id=server.id, review=inbox).status == ServerStatus.OK
 
         # Pointed elsewhere, the server forgets its tokens: they were issued for the old resource
         server = services.update_server(actor=actor, server_id=server.id, url="https://other.example/mcp",
-                                        sync=False)
+                                        sync=False, review=inbox)
         assert server.oauth is None and server.oauth_secrets is None
         assert "Authorization" not in services.spec_for(server).headers
         assert McpServer.objects.get(pk=server.id).status == ServerStatus.OK
@@ -165,10 +166,10 @@ def test_a_pre_registered_client_id_is_used_instead_of_registering(client, owner
         assert server.oauth["client"]["client_id"] == PREREGISTERED
         assert "client_secret" not in server.oauth["client"]  # the secret is kept with the tokens, encrypted
         assert server.oauth_secrets["client_secret"] == PREREGISTERED_SECRET
-        assert services.sync_server(actor=actor, server_id=server.id).status == ServerStatus.OK
+        assert services.sync_server(actor=actor, server_id=server.id, review=inbox).status == ServerStatus.OK
 
         # Pointed elsewhere, the server forgets its tokens: they were issued for the old resource
         server = services.update_server(actor=actor, server_id=server.id, url="https://other.example/mcp",
-                                        sync=False)
+                                        sync=False, review=inbox)
         assert server.oauth is None and server.oauth_secrets is None
         assert "Authorization" not in services.spec_for(server).headers

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from apps.approvals.definition_changes import inbox
 from apps.registry import pool, selectors, services
 from tests.registry.conftest import order_desk_stdio, register
 
@@ -18,7 +19,7 @@ def _risks(server):
 def test_stdio_sync_finds_the_four_tools_pinned_with_their_risks(actor, order_desk_data):
     server = order_desk_stdio(actor, order_desk_data)
 
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
 
     assert report.status == "ok", report.error
     assert report.tools_added == 4
@@ -53,7 +54,7 @@ def test_a_repeated_refund_request_refunds_once(actor, order_desk_data):
 def test_http_sync_and_call(actor, order_desk_http):
     server = register(actor, name="orders-http", transport="http", url=order_desk_http)
 
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
 
     assert report.status == "ok", report.error
     assert _risks(server) == EXPECTED_RISKS

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from apps.approvals.definition_changes import inbox
 from apps.core.errors import Conflict, ValidationFailed
 from apps.registry import selectors, services
 from apps.registry.definitions import canonical_definition
@@ -51,12 +52,12 @@ def test_a_changed_definition_is_quarantined_with_a_diff_until_pinned(actor, tmp
     tools_file = write_tools(tmp_path / "tools.json", [
         {"name": "lookup", "description": "Look a word up.", "annotations": {"read_only_hint": True}}])
     server = _configurable(actor, tools_file)
-    assert services.sync_server(actor=actor, server_id=server.id).tools_added == 1
+    assert services.sync_server(actor=actor, server_id=server.id, review=inbox).tools_added == 1
     assert _tool(actor, "conf.lookup").is_usable
 
     write_tools(tools_file, [{"name": "lookup", "description": "Look a word up in the Oxford dictionary.",
                               "annotations": {"read_only_hint": True}}])
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
 
     tool = _tool(actor, "conf.lookup")
     assert report.tools_changed == 1 and report.quarantined == ["conf.lookup"]
@@ -65,10 +66,10 @@ def test_a_changed_definition_is_quarantined_with_a_diff_until_pinned(actor, tmp
     assert '-  "description": "Look a word up."' in diff
     assert '+  "description": "Look a word up in the Oxford dictionary."' in diff
 
-    services.pin_tool(actor=actor, tool_id=tool.id)
+    services.pin_tool(actor=actor, tool_id=tool.id, review=inbox)
     tool.refresh_from_db()
     assert tool.is_usable and services.tool_diff(tool) == ""
-    assert services.sync_server(actor=actor, server_id=server.id).quarantined == []
+    assert services.sync_server(actor=actor, server_id=server.id, review=inbox).quarantined == []
 
 
 def test_a_poisoned_tool_is_quarantined_even_on_a_trusted_server(actor, tmp_path):
@@ -76,7 +77,7 @@ def test_a_poisoned_tool_is_quarantined_even_on_a_trusted_server(actor, tmp_path
     tools_file = write_tools(tmp_path / "tools.json", [*poisoned, {"name": "fine", "description": "Says hi."}])
     server = _configurable(actor, tools_file)
 
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
 
     assert sorted(report.quarantined) == ["conf.add", "conf.weather"]
     add = _tool(actor, "conf.add")
@@ -87,22 +88,22 @@ def test_a_poisoned_tool_is_quarantined_even_on_a_trusted_server(actor, tmp_path
 def test_a_tool_the_server_drops_becomes_removed(actor, tmp_path):
     tools_file = write_tools(tmp_path / "tools.json", [{"name": "a"}, {"name": "b"}])
     server = _configurable(actor, tools_file)
-    services.sync_server(actor=actor, server_id=server.id)
+    services.sync_server(actor=actor, server_id=server.id, review=inbox)
     write_tools(tools_file, [{"name": "a"}])
 
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
 
     assert report.tools_removed == 1
     assert _tool(actor, "conf.b").state == "removed"
     with pytest.raises(Conflict):
-        services.pin_tool(actor=actor, tool_id=_tool(actor, "conf.b").id)
+        services.pin_tool(actor=actor, tool_id=_tool(actor, "conf.b").id, review=inbox)
 
 
 def test_tool_names_a_model_cannot_use_are_refused_with_a_reason(actor, tmp_path):
     tools_file = write_tools(tmp_path / "tools.json", [{"name": "ok_tool"}, {"name": "has.dot"}, {"name": "x" * 60}])
     server = _configurable(actor, tools_file)
 
-    services.sync_server(actor=actor, server_id=server.id)
+    services.sync_server(actor=actor, server_id=server.id, review=inbox)
 
     server.refresh_from_db()
     assert [t.name for t in server.tools.all()] == ["ok_tool"]
@@ -124,12 +125,12 @@ def test_admin_risk_override_survives_sync_and_is_audited(actor, tmp_path):
 
     tools_file = write_tools(tmp_path / "tools.json", [{"name": "peek", "annotations": {"read_only_hint": True}}])
     server = _configurable(actor, tools_file)
-    services.sync_server(actor=actor, server_id=server.id)
+    services.sync_server(actor=actor, server_id=server.id, review=inbox)
     tool = _tool(actor, "conf.peek")
     assert (tool.risk, tool.risk_source) == ("read", "annotations")
 
-    services.update_tool(actor=actor, tool_id=tool.id, risk="dangerous")
-    services.sync_server(actor=actor, server_id=server.id)
+    services.update_tool(actor=actor, tool_id=tool.id, risk="dangerous", review=inbox)
+    services.sync_server(actor=actor, server_id=server.id, review=inbox)
 
     tool.refresh_from_db()
     assert (tool.risk, tool.risk_source) == ("dangerous", "admin")

@@ -7,6 +7,7 @@ import time
 import pytest
 from django.db import connection
 
+from apps.approvals.definition_changes import inbox
 from apps.registry import pool, selectors, services
 from apps.registry.connection import spec_for
 from apps.registry.models import McpServer
@@ -26,7 +27,7 @@ def test_mcp_server_time_speaks_2026_and_its_read_tool_works(actor):
     server = register(actor, name="time", trust_tier="official", command=str(TIME_SERVER),
                       args=["--local-timezone", "UTC"])
 
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
 
     assert report.status == "ok", report.error
     assert report.protocol_version == "2026-07-28"
@@ -42,13 +43,13 @@ def test_third_party_time_server_runs_sandboxed_with_annotations_ignored(actor):
     server = register(actor, name="time", trust_tier="third_party", command=str(TIME_SERVER),
                       args=["--local-timezone", "UTC"])
 
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
 
     assert report.status == "ok", report.error
     tools = _tools(server)
     assert {(t.risk, t.risk_source, t.state) for t in tools.values()} == {("write", "default", "quarantined")}
     assert not selectors.tools_for_org(org_id=actor.org_id, usable_only=True).exists()
-    services.pin_tool(actor=actor, tool_id=tools["get_current_time"].id)
+    services.pin_tool(actor=actor, tool_id=tools["get_current_time"].id, review=inbox)
     assert [t.name for t in selectors.tools_for_org(org_id=actor.org_id, usable_only=True)] == ["get_current_time"]
     result = pool.call_tool(server.id, "get_current_time", {"timezone": "Europe/Paris"}, timeout=10)
     assert result.structured_content["timezone"] == "Europe/Paris"
@@ -58,7 +59,7 @@ def test_server_everything_annotations_give_risks_and_echo_works(actor):
     server = register(actor, name="everything", trust_tier="official", command="node",
                       args=[str(NODE_BIN / "mcp-server-everything"), "stdio"])
 
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
 
     assert report.status == "ok", report.error
     assert report.protocol_version == "2025-11-25"
@@ -83,7 +84,7 @@ def test_a_list_changed_notice_resyncs_the_server(owner):
     resynced = []
 
     def resync(server_id):
-        resynced.append(services.sync_server(actor=actor, server_id=server_id))
+        resynced.append(services.sync_server(actor=actor, server_id=server_id, review=inbox))
         connection.close()
 
     listening = Pool(on_list_changed=resync)
@@ -102,7 +103,7 @@ def test_server_filesystem_reads_are_read_and_writes_dangerous(actor, tmp_path):
     server = register(actor, name="files", trust_tier="official", command="node",
                       args=[str(NODE_BIN / "mcp-server-filesystem"), str(tmp_path)])
 
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
 
     assert report.status == "ok", report.error
     tools = _tools(server)

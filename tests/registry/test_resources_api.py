@@ -11,6 +11,7 @@ import pytest
 from mcp import Client, MCPError, StdioServerParameters
 from mcp.types import INVALID_PARAMS
 
+from apps.approvals.definition_changes import inbox
 from apps.registry import services
 from tests.factories import make_org, token_for
 from tests.registry.conftest import ROOT, register_python
@@ -23,7 +24,7 @@ def _get(client, token, path):
 @pytest.fixture
 def synced(actor):
     server = register_python(actor, "notes", "with_prompts.py")
-    report = services.sync_server(actor=actor, server_id=server.id)
+    report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
     assert report.status == "ok", report.error
     return server
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from apps.approvals.definition_changes import inbox
 from apps.audit.models import AuditEvent
 from apps.registry import services
 from apps.registry.models import McpServer
@@ -58,4 +59,4 @@ def test_the_builtin_human_server_cannot_be_synced_and_holds_human_ask(org, owne
     human = McpServer.objects.get(org=org, name="human")
     assert human.transport == "builtin" and human.tools.get().qualified_name == "human.ask"
     with pytest.raises(Conflict):
-        services.sync_server(actor=member_actor(owner), server_id=human.id)
+        services.sync_server(actor=member_actor(owner), server_id=human.id, review=inbox)

@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox
 from apps.crews import services as crew_services
 from apps.registry import services as registry_services
 from apps.registry.pool import pool
@@ -228,7 +229,7 @@ def slow_desk(owner, tmp_path, slow_seconds):
         actor=actor, name="orders", transport="stdio", trust_tier="internal", command=sys.executable,
         args=["-m", "tests.reliability.slow_desk", "stdio"], cwd=str(ROOT),
         env={"ORDER_DESK_DATA": str(data), "SLOW_DESK_SECONDS": str(slow_seconds)}, sync=False)
-    registry_services.sync_server(actor=actor, server_id=server.id)
+    registry_services.sync_server(actor=actor, server_id=server.id, review=inbox)
     connection = agent_services.create_connection(actor=actor, name="Scripted", provider="scripted")
     yield SlowDesk(actor, data, connection)
     pool.close_all()

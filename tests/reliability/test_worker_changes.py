@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from apps.approvals.definition_changes import inbox
 from apps.registry import services as registry_services
 from apps.registry.models import Tool
 from apps.runs import services
@@ -32,7 +33,7 @@ def test_a_tool_quarantined_while_a_worker_runs_it_is_refused_at_its_next_call(c
     run = slow_desk.start(slow_desk.crew("Quarantine mid-run", slow_calls=2), "quarantine")
     wait_in_flight(slow_desk, run.id, "quarantine", n=1)
     tool = Tool.objects.get(org_id=slow_desk.actor.org_id, qualified_name=SLOW)
-    registry_services.update_tool(actor=slow_desk.actor, tool_id=tool.id, state="quarantined")
+    registry_services.update_tool(actor=slow_desk.actor, tool_id=tool.id, state="quarantined", review=inbox)
     run = wait_status(run.id, {"succeeded", "failed", "cancelled"}, timeout=60)
     assert slow_desk.executed("quarantine") == {"quarantine-1": 1}
     second = ToolCall.objects.get(run=run, qualified_name=SLOW, arguments__request_id="quarantine-2")

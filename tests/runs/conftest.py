@@ -12,6 +12,7 @@ import pytest
 
 from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox
 from apps.crews import services as crew_services
 from apps.registry import services as registry_services
 from apps.registry.pool import pool
@@ -70,7 +71,7 @@ def desk(actor, tmp_path):
     server = registry_services.create_server(
         actor=actor, name="orders", transport="stdio", trust_tier="internal", command=sys.executable,
         args=["-m", "apps.demo.order_desk", "stdio"], cwd=str(ROOT), env={"ORDER_DESK_DATA": str(data)}, sync=False)
-    registry_services.sync_server(actor=actor, server_id=server.id)
+    registry_services.sync_server(actor=actor, server_id=server.id, review=inbox)
     connection = agent_services.create_connection(actor=actor, name="Scripted", provider="scripted")
     yield Desk(actor, data, connection)
     pool.close_all()

@@ -18,6 +18,7 @@ from playwright.sync_api import Page, expect
 
 from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox
 from apps.costs import services as costs
 from apps.registry import services as registry_services
 from apps.registry.pool import pool
@@ -47,7 +48,7 @@ def two_crews_with_runs(owner, data: Path):
     server = registry_services.create_server(
         actor=actor, name="orders", transport="stdio", trust_tier="internal", command=sys.executable,
         args=["-m", "apps.demo.order_desk", "stdio"], cwd=str(ROOT), env={"ORDER_DESK_DATA": str(data)}, sync=False)
-    registry_services.sync_server(actor=actor, server_id=server.id)
+    registry_services.sync_server(actor=actor, server_id=server.id, review=inbox)
     connection = agent_services.create_connection(actor=actor, name="Scripted", provider="scripted")
     desk = Desk(actor, data, connection)
     costs.set_model_price(actor=actor, model="scripted", provider="scripted", input_per_mtok=Decimal(100),

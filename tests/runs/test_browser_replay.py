@@ -12,6 +12,7 @@ from playwright.sync_api import Page, expect
 
 from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox
 from apps.registry import services as registry_services
 from apps.registry.pool import pool
 from apps.runs.models import Run
@@ -30,7 +31,7 @@ def a_looker(owner, data: Path):
         actor=actor, name="orders", transport="stdio", trust_tier="internal", command=sys.executable,
         args=["-m", "apps.demo.order_desk", "stdio"], cwd=str(ROOT), env={"ORDER_DESK_DATA": str(data)}, sync=False)
     try:
-        registry_services.sync_server(actor=actor, server_id=server.id)
+        registry_services.sync_server(actor=actor, server_id=server.id, review=inbox)
     finally:
         pool.close_all()
     connection = agent_services.create_connection(actor=actor, name="Scripted", provider="scripted")

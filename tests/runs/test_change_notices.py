@@ -12,6 +12,7 @@ import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
+from apps.approvals.definition_changes import inbox
 from apps.registry import services as registry_services
 from apps.registry.models import Tool
 from apps.registry.pool import PendingCall
@@ -106,7 +107,7 @@ def test_a_tool_quarantined_during_a_run_is_refused_at_its_next_call(desk, monke
                              enqueue=False)
     tool = Tool.objects.get(org_id=desk.actor.org_id, qualified_name="orders.get_order_status")
     during_first_tool_call(monkeypatch, lambda: registry_services.update_tool(actor=desk.actor, tool_id=tool.id,
-                                                                              state="quarantined"))
+                                                                              state="quarantined", review=inbox))
     run = run_worker.drive_run(run_id=run.id)
     first, second = ToolCall.objects.filter(run=run).order_by("created_at")
     assert first.state == "succeeded"

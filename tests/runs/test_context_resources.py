@@ -17,6 +17,7 @@ import pytest
 from apps.accounts.actors import member_actor
 from apps.agents import services as agent_services
 from apps.agents.prompts import CONTEXT_HEADING, RESOURCE_CLOSE, RESOURCE_OPEN
+from apps.approvals.definition_changes import inbox
 from apps.core.errors import ValidationFailed
 from apps.registry import resources as registry_resources
 from apps.registry import selectors as registry_selectors
@@ -49,7 +50,7 @@ class Notes:
         self.path.write_text(json.dumps(list(items)))
 
     def sync(self):
-        return registry_services.sync_server(actor=self.actor, server_id=self.server.id)
+        return registry_services.sync_server(actor=self.actor, server_id=self.server.id, review=inbox)
 
     def resource(self, uri: str = "notes://handbook"):
         return registry_selectors.resources_for_org(org_id=self.actor.org_id, server="notes").get(uri=uri)
@@ -126,7 +127,8 @@ def test_a_poisoned_resource_taints_the_run_so_a_later_write_waits_for_a_person(
 
 
 def test_a_trusted_resource_does_not_taint_the_run_but_a_finding_in_it_still_does(desk, notes):
-    registry_resources.set_resource_trusted_output(actor=desk.actor, resource_id=notes.resource().id, trusted=True)
+    registry_resources.set_resource_trusted_output(actor=desk.actor, resource_id=notes.resource().id, trusted=True,
+                                                   review=inbox)
     crew = reader(desk, notes, [{"call": [REFUND]}, {"say": "Refunded.\nSTATUS: done\nREASON: ok"}],
                   grants=[{"tool": "orders.refund_order", "policy": "auto"}])
     finished = run(desk, crew)
@@ -187,7 +189,7 @@ def test_an_agent_is_given_only_its_own_organisations_usable_resources(desk, not
                                     context_resources=[str(handbook.id)])
     assert refused.value.errors == {"context_resources.0": f"No resource {str(handbook.id)!r} in your registry."}
 
-    registry_resources.set_resource_state(actor=desk.actor, resource_id=handbook.id, state="disabled")
+    registry_resources.set_resource_state(actor=desk.actor, resource_id=handbook.id, state="disabled", review=inbox)
     with pytest.raises(ValidationFailed) as disabled:
         agent_services.create_agent(actor=desk.actor, name="Late", connection_id=desk.connection.id,
                                     context_resources=["notes://handbook"])

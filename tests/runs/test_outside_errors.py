@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox
 from apps.notifications.models import Notification
 from apps.registry import services as registry_services
 from apps.registry.pool import pool
@@ -54,7 +55,7 @@ def echo_server(actor):
     server = registry_services.create_server(actor=actor, name="echo", transport="stdio", trust_tier="internal",
                                              command=sys.executable, args=[str(ECHO)], cwd=str(ROOT),
                                              env={"ECHO_SECRET": other}, sync=False)
-    assert registry_services.sync_server(actor=actor, server_id=server.id).status == "ok"
+    assert registry_services.sync_server(actor=actor, server_id=server.id, review=inbox).status == "ok"
     yield other
     pool.close_all()
 

@@ -13,6 +13,7 @@ import pytest
 from django.db import connection
 from django.test import Client
 
+from apps.approvals.definition_changes import inbox
 from apps.approvals.models import ApprovalRequest
 from apps.costs.models import UsageRecord
 from apps.registry import services as registry_services
@@ -35,13 +36,13 @@ def asking_server(actor, *, tier="internal", era="modern", **requests):
         actor=actor, name="asking", transport="stdio", trust_tier=tier, command=sys.executable,
         args=["-m", "tests.runs.asking_server"], cwd=str(ROOT), sync=False, timeout_s=20,
         env={"ASKING_ERA": era})
-    registry_services.sync_server(actor=actor, server_id=server.id)
+    registry_services.sync_server(actor=actor, server_id=server.id, review=inbox)
     assert McpServer.objects.get(id=server.id).protocol_version == ERAS[era]
     if requests:
         registry_services.set_server_requests(actor=actor, server_id=server.id, **requests)
     if tier == "third_party":
         for tool in server.tools.all():
-            registry_services.pin_tool(actor=actor, tool_id=tool.id)
+            registry_services.pin_tool(actor=actor, tool_id=tool.id, review=inbox)
     return McpServer.objects.get(id=server.id)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from apps.approvals.definition_changes import inbox
 from apps.registry import services as registry_services
 from apps.registry.arguments import url_problem
 from apps.runs.models import RunEvent, ToolCall
@@ -64,7 +65,8 @@ def test_a_private_url_in_arguments_is_refused_in_a_run_when_private_addresses_a
 def test_the_calls_of_one_tool_per_run_are_limited_and_the_limit_shows(desk, settings):
     settings.AIRLOCK_RUN_CALLS_PER_TOOL = 3
     server = web_server(desk.actor, trust_tier="internal")
-    registry_services.set_trusted_output(actor=desk.actor, server_id=server.id, trusted=True)  # no taint holds
+    # no taint holds
+    registry_services.set_trusted_output(actor=desk.actor, server_id=server.id, trusted=True, review=inbox)
     searches = [{"tool": "web.search", "args": {"query": f"query {i}"}} for i in range(6)]
     _, run = run_clerk(desk, [{"call": searches}])
     assert run.status == "succeeded", run.error

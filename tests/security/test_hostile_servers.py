@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from apps.accounts.actors import member_actor
+from apps.approvals.definition_changes import inbox
 from apps.registry import pool, selectors, services
 from apps.registry.pool import ToolCallFailed, ToolCallTimeout
 
@@ -74,8 +75,8 @@ def test_shadowed_tool_names_stay_in_their_own_namespace(actor, hostile, tmp_pat
     orders = services.create_server(actor=actor, name="orders", transport="stdio", trust_tier="internal",
                                     command=sys.executable, args=["-m", "apps.demo.order_desk", "stdio"],
                                     env={"ORDER_DESK_DATA": str(tmp_path / "orders.json")}, cwd=str(ROOT), sync=False)
-    assert services.sync_server(actor=actor, server_id=orders.id).status == "ok"
-    assert services.sync_server(actor=actor, server_id=hostile.id).status == "ok"
+    assert services.sync_server(actor=actor, server_id=orders.id, review=inbox).status == "ok"
+    assert services.sync_server(actor=actor, server_id=hostile.id, review=inbox).status == "ok"
     mine = selectors.get_tool_by_qualified_name(org_id=actor.org_id, qualified_name="orders.get_order_status")
     theirs = selectors.get_tool_by_qualified_name(org_id=actor.org_id, qualified_name="hostile.get_order_status")
     assert mine.server_id == orders.id and theirs.server_id == hostile.id and mine.id != theirs.id

@@ -20,6 +20,7 @@ import pytest
 from apps.accounts.actors import member_actor
 from apps.agents import selectors as agent_selectors
 from apps.agents import services as agent_services
+from apps.approvals.definition_changes import inbox as definition_inbox
 from apps.audit.models import AuditEvent
 from apps.crews import services as crew_services
 from apps.registry import services as registry_services
@@ -78,7 +79,7 @@ def inbox(owner, tmp_path):
     server = registry_services.create_server(
         actor=actor, name="inbox", transport="stdio", trust_tier="internal", command=sys.executable,
         args=["-m", "tests.security.inbox_server"], cwd=str(ROOT), env={"INBOX_DATA": str(data)}, sync=False)
-    registry_services.sync_server(actor=actor, server_id=server.id)
+    registry_services.sync_server(actor=actor, server_id=server.id, review=definition_inbox)
     connection = agent_services.create_connection(actor=actor, name="Scripted", provider="scripted")
     yield Inbox(actor, data, server, connection)
     pool.close_all()
@@ -219,14 +220,15 @@ def test_an_internal_tool_marked_outside_content_taints_the_run_and_holds_the_ne
 
 
 def test_a_tool_marked_outside_content_taints_even_on_a_server_whose_output_is_trusted(inbox, client, owner):
-    registry_services.set_trusted_output(actor=member_actor(owner), server_id=inbox.server.id, trusted=True)
+    registry_services.set_trusted_output(actor=member_actor(owner), server_id=inbox.server.id, trusted=True,
+                                        review=definition_inbox)
     tool = inbox.server.tools.get(name="read_message")
     page = signed_in(client, owner).post(f"/tools/{tool.id}/outside-content/", {"outside": "1"})
     assert page.status_code == 302
     _, run, row = inbox.run({"to": "boss@acme.example", "body": "Done."}, message=ORDER_NOTE)
     assert run.tainted and row.rule == "tainted", row.reason
     # Undone, the server's trust applies again; marking trusted clears the mark, audited both ways.
-    registry_services.set_output_trust(actor=member_actor(owner), tool_id=tool.id, trust="")
+    registry_services.set_output_trust(actor=member_actor(owner), tool_id=tool.id, trust="", review=definition_inbox)
     _, run, row = inbox.run({"to": "boss@acme.example", "body": "Done."}, message=ORDER_NOTE)
     assert (run.tainted, row.rule) == (False, "auto")
     assert list(AuditEvent.objects.filter(action="tool.outside_content_changed", target_id=str(tool.id))

@@ -16,6 +16,7 @@ import pytest
 from django.test import override_settings
 
 from apps.accounts.actors import member_actor
+from apps.approvals.definition_changes import inbox
 from apps.core.egress import EgressRefused, check_url, guarded_transport
 from apps.core.errors import ValidationFailed
 from apps.registry import services
@@ -147,7 +148,7 @@ def test_registering_them_is_refused_with_a_field_error(org, owner, listener, no
             assert "blocked" in caught.errors["url"] or "invalid port" in caught.errors["url"], caught.errors
             continue
         assert not _resolves(url), f"{url} was registered although it resolves"
-        report = services.sync_server(actor=actor, server_id=server.id)
+        report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
         assert report.status == "error" and "could not be resolved" in report.error, (url, report.error)
     assert McpServer.objects.filter(org=org).exclude(transport="builtin").count() == 1
     assert listener.connections == 0
@@ -253,7 +254,7 @@ def test_redirects_are_never_followed(org, listener):
         server = services.create_server(actor=actor, name="redirector", transport="http", trust_tier="third_party",
                                         url=f"http://127.0.0.1:{httpd.server_address[1]}/mcp", sync=False,
                                         timeout_s=5)
-        report = services.sync_server(actor=actor, server_id=server.id)
+        report = services.sync_server(actor=actor, server_id=server.id, review=inbox)
     finally:
         httpd.shutdown()
         thread.join(5)

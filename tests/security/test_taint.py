@@ -15,6 +15,7 @@ import pytest
 
 from apps.accounts.actors import member_actor
 from apps.agents import selectors as agent_selectors
+from apps.approvals.definition_changes import inbox
 from apps.audit.models import AuditEvent
 from apps.registry import selectors as registry_selectors
 from apps.registry import services as registry_services
@@ -45,10 +46,10 @@ def web_server(actor, *, trust_tier: str = "third_party", pages: dict | None = N
     server = registry_services.create_server(
         actor=actor, name="web", transport="stdio", trust_tier=trust_tier, command=sys.executable, args=[str(WEB)],
         cwd=str(ROOT), env={"WEB_PAGES": json.dumps(pages or {PAGE: PROSE})}, sync=False, timeout_s=20)
-    registry_services.sync_server(actor=actor, server_id=server.id)
+    registry_services.sync_server(actor=actor, server_id=server.id, review=inbox)
     for tool in server.tools.all():
-        registry_services.pin_tool(actor=actor, tool_id=tool.id)
-        registry_services.update_tool(actor=actor, tool_id=tool.id, risk="read")
+        registry_services.pin_tool(actor=actor, tool_id=tool.id, review=inbox)
+        registry_services.update_tool(actor=actor, tool_id=tool.id, risk="read", review=inbox)
     return server
 
 
@@ -103,7 +104,7 @@ def test_an_injected_call_line_in_a_third_party_result_is_held_even_with_an_obed
 
 def test_an_admin_can_trust_a_servers_output_visibly_and_audited(desk):
     server = web_server(desk.actor, trust_tier="official")
-    registry_services.set_trusted_output(actor=desk.actor, server_id=server.id, trusted=True)
+    registry_services.set_trusted_output(actor=desk.actor, server_id=server.id, trusted=True, review=inbox)
     audit = AuditEvent.objects.get(action="server.trusted_output_changed", target_label="web")
     assert audit.data == {"from": False, "to": True}
     clerk, run = run_clerk(desk, [{"call": [FETCH]}, {"call": [REFUND]}], name="Trusting clerk")
@@ -118,7 +119,8 @@ def test_trusted_output_is_refused_to_a_member_who_cannot_manage_servers(desk, b
 
     server = web_server(desk.actor)
     with pytest.raises(PermissionDenied):
-        registry_services.set_trusted_output(actor=member_actor(builder), server_id=server.id, trusted=True)
+        registry_services.set_trusted_output(actor=member_actor(builder), server_id=server.id, trusted=True,
+                                             review=inbox)
     assert not registry_selectors.get_server(org_id=server.org_id, server_id=server.id).trusted_output
 
 

@@ -12,6 +12,7 @@ from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.api.routers.servers import TrustedOutputIn
 from apps.api.trusted_output import TrustedOutputFields
+from apps.approvals.definition_changes import inbox
 from apps.registry import resources, selectors
 from apps.registry.models import ToolState
 
@@ -88,19 +89,20 @@ def get_resource(request, resource_id: UUID):
 
 @router.patch("/{resource_id}", response=RegistryResourceOut, summary="Disable, quarantine or re-activate it")
 def update_resource(request, resource_id: UUID, payload: ResourcePatch):
-    resources.set_resource_state(actor=request.auth, resource_id=resource_id, state=payload.state)
+    resources.set_resource_state(actor=request.auth, resource_id=resource_id, state=payload.state, review=inbox)
     return selectors.get_resource(org_id=request.auth.org_id, resource_id=resource_id)
 
 
 @router.post("/{resource_id}/pin", response=RegistryResourceOut,
              summary="Approve the current definition; lifts a quarantine")
 def pin_resource(request, resource_id: UUID):
-    resources.pin_resource(actor=request.auth, resource_id=resource_id)
+    resources.pin_resource(actor=request.auth, resource_id=resource_id, review=inbox)
     return selectors.get_resource(org_id=request.auth.org_id, resource_id=resource_id)
 
 
 @router.post("/{resource_id}/trusted-output", response=RegistryResourceOut,
              summary="Mark (or unmark) this resource's content as trusted")
 def set_trusted_output(request, resource_id: UUID, payload: TrustedOutputIn):
-    resources.set_resource_trusted_output(actor=request.auth, resource_id=resource_id, trusted=payload.trusted)
+    resources.set_resource_trusted_output(actor=request.auth, resource_id=resource_id, trusted=payload.trusted,
+                                          review=inbox)
     return selectors.get_resource(org_id=request.auth.org_id, resource_id=resource_id)

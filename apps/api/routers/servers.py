@@ -8,6 +8,7 @@ from ninja.pagination import paginate
 from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.api.trusted_output import OutputTrustIn, TrustedOutputFields
+from apps.approvals.definition_changes import inbox
 from apps.registry import imports, selectors, services
 from apps.registry.models import Transport, TrustTier
 
@@ -226,7 +227,7 @@ def get_server(request, server_id: UUID):
 
 @router.patch("/{server_id}", response=ServerOut)
 def update_server(request, server_id: UUID, payload: ServerPatch):
-    return services.update_server(actor=request.auth, server_id=server_id, **payload.dict())
+    return services.update_server(actor=request.auth, server_id=server_id, **payload.dict(), review=inbox)
 
 
 @router.delete("/{server_id}", response={204: None})
@@ -243,20 +244,20 @@ def set_requests(request, server_id: UUID, payload: RequestsIn):
 
 @router.post("/{server_id}/sync", response=SyncOut, summary="Connect now and refresh tools, resources and prompts")
 def sync_server(request, server_id: UUID):
-    return services.sync_server(actor=request.auth, server_id=server_id)
+    return services.sync_server(actor=request.auth, server_id=server_id, review=inbox)
 
 
 @router.post("/{server_id}/trusted-output", response=ServerOut,
              summary="Mark (or unmark) the output of every tool of this server as trusted")
 def set_trusted_output(request, server_id: UUID, payload: TrustedOutputIn):
-    services.set_trusted_output(actor=request.auth, server_id=server_id, trusted=payload.trusted)
+    services.set_trusted_output(actor=request.auth, server_id=server_id, trusted=payload.trusted, review=inbox)
     return selectors.get_server(org_id=request.auth.org_id, server_id=server_id)
 
 
 @router.post("/{server_id}/output-trust", response=ServerOut,
              summary="Say what its tools' results are: trusted, outside content, or as the tier and hints say")
 def set_output_trust(request, server_id: UUID, payload: OutputTrustIn):
-    services.set_output_trust(actor=request.auth, server_id=server_id, trust=payload.trust)
+    services.set_output_trust(actor=request.auth, server_id=server_id, trust=payload.trust, review=inbox)
     return selectors.get_server(org_id=request.auth.org_id, server_id=server_id)
 
 

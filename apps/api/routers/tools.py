@@ -9,6 +9,7 @@ from apps.api.bodies import Body
 from apps.api.pagination import Pagination
 from apps.api.routers.servers import TrustedOutputIn
 from apps.api.trusted_output import OutputTrustIn, TrustedOutputFields
+from apps.approvals.definition_changes import inbox
 from apps.registry import selectors, services
 from apps.registry.models import Risk, ToolState
 
@@ -78,22 +79,23 @@ def get_tool(request, tool_id: UUID):
 
 @router.patch("/{tool_id}", response=ToolOut)
 def update_tool(request, tool_id: UUID, payload: ToolPatch):
-    return services.update_tool(actor=request.auth, tool_id=tool_id, risk=payload.risk, state=payload.state)
+    return services.update_tool(actor=request.auth, tool_id=tool_id, risk=payload.risk, state=payload.state,
+                                review=inbox)
 
 
 @router.post("/{tool_id}/pin", response=ToolOut, summary="Approve the current definition; lifts a quarantine")
 def pin_tool(request, tool_id: UUID):
-    return services.pin_tool(actor=request.auth, tool_id=tool_id)
+    return services.pin_tool(actor=request.auth, tool_id=tool_id, review=inbox)
 
 
 @router.post("/{tool_id}/trusted-output", response=ToolOut, summary="Mark (or unmark) this tool's output as trusted")
 def set_trusted_output(request, tool_id: UUID, payload: TrustedOutputIn):
-    services.set_trusted_output(actor=request.auth, tool_id=tool_id, trusted=payload.trusted)
+    services.set_trusted_output(actor=request.auth, tool_id=tool_id, trusted=payload.trusted, review=inbox)
     return selectors.get_tool(org_id=request.auth.org_id, tool_id=tool_id)
 
 
 @router.post("/{tool_id}/output-trust", response=ToolOut,
              summary="Say what this tool's results are: trusted, outside content, or as its server says")
 def set_output_trust(request, tool_id: UUID, payload: OutputTrustIn):
-    services.set_output_trust(actor=request.auth, tool_id=tool_id, trust=payload.trust)
+    services.set_output_trust(actor=request.auth, tool_id=tool_id, trust=payload.trust, review=inbox)
     return selectors.get_tool(org_id=request.auth.org_id, tool_id=tool_id)

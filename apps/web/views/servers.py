@@ -10,6 +10,7 @@ from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from apps.approvals.definition_changes import inbox
 from apps.core.encryption import decrypt, encrypt
 from apps.core.errors import Conflict, ValidationFailed
 from apps.registry import resources, selectors, services
@@ -157,9 +158,10 @@ def server_edit(request: HttpRequest, server_id) -> HttpResponse:
     fields = form.service_fields()
     outside = fields.pop("outside_content")
     try:
-        saved = services.update_server(actor=request.actor, server_id=server.id, **fields)
+        saved = services.update_server(actor=request.actor, server_id=server.id, **fields, review=inbox)
         if outside != server.outside_content:  # its own service and audit row; unticked keeps a "trusted" mark
-            services.set_output_trust(actor=request.actor, server_id=server.id, trust=OUTSIDE if outside else "")
+            services.set_output_trust(actor=request.actor, server_id=server.id, trust=OUTSIDE if outside else "",
+                                      review=inbox)
     except ValidationFailed as exc:
         apply_domain_errors(form, exc)
         return _edit_page(request, server, form, status=422)
@@ -195,7 +197,7 @@ def server_requests(request: HttpRequest, server_id) -> HttpResponse:
 @member_required("servers.manage")
 def server_toggle(request: HttpRequest, server_id) -> HttpResponse:
     current = selectors.get_server(org_id=request.actor.org_id, server_id=server_id)
-    services.set_server_enabled(actor=request.actor, server_id=server_id, enabled=not current.enabled)
+    services.set_server_enabled(actor=request.actor, server_id=server_id, enabled=not current.enabled, review=inbox)
     return redirect("web:server", server_id=server_id)
 
 
@@ -203,7 +205,7 @@ def server_toggle(request: HttpRequest, server_id) -> HttpResponse:
 @member_required("servers.manage")
 def server_trusted_output(request: HttpRequest, server_id) -> HttpResponse:
     trusted = request.POST.get("trusted") == "1"
-    services.set_trusted_output(actor=request.actor, server_id=server_id, trusted=trusted)
+    services.set_trusted_output(actor=request.actor, server_id=server_id, trusted=trusted, review=inbox)
     messages.success(request, "Output marked trusted: its results no longer taint a run by where they come from."
                      if trusted else "Output no longer trusted: its results taint a run again as their source says.")
     return redirect("web:server", server_id=server_id)
@@ -213,7 +215,7 @@ def server_trusted_output(request: HttpRequest, server_id) -> HttpResponse:
 @member_required("servers.manage")
 def tool_trusted_output(request: HttpRequest, tool_id) -> HttpResponse:
     trusted = request.POST.get("trusted") == "1"
-    services.set_trusted_output(actor=request.actor, tool_id=tool_id, trusted=trusted)
+    services.set_trusted_output(actor=request.actor, tool_id=tool_id, trusted=trusted, review=inbox)
     messages.success(request, "Output marked trusted." if trusted else "Output no longer trusted.")
     return redirect("web:tool", tool_id=tool_id)
 
@@ -227,7 +229,7 @@ OUTSIDE_OFF = "No longer marked outside content: its tier and hints decide again
 @member_required("servers.manage")
 def server_outside_content(request: HttpRequest, server_id) -> HttpResponse:
     outside = request.POST.get("outside") == "1"
-    services.set_output_trust(actor=request.actor, server_id=server_id, trust=OUTSIDE if outside else "")
+    services.set_output_trust(actor=request.actor, server_id=server_id, trust=OUTSIDE if outside else "", review=inbox)
     messages.success(request, OUTSIDE_ON if outside else OUTSIDE_OFF)
     return redirect("web:server", server_id=server_id)
 
@@ -236,7 +238,7 @@ def server_outside_content(request: HttpRequest, server_id) -> HttpResponse:
 @member_required("servers.manage")
 def tool_outside_content(request: HttpRequest, tool_id) -> HttpResponse:
     outside = request.POST.get("outside") == "1"
-    services.set_output_trust(actor=request.actor, tool_id=tool_id, trust=OUTSIDE if outside else "")
+    services.set_output_trust(actor=request.actor, tool_id=tool_id, trust=OUTSIDE if outside else "", review=inbox)
     messages.success(request, OUTSIDE_ON if outside else OUTSIDE_OFF)
     return redirect("web:tool", tool_id=tool_id)
 
@@ -268,7 +270,7 @@ def tool(request: HttpRequest, tool_id) -> HttpResponse:
 @post_only
 @member_required("servers.manage")
 def tool_pin(request: HttpRequest, tool_id) -> HttpResponse:
-    services.pin_tool(actor=request.actor, tool_id=tool_id)
+    services.pin_tool(actor=request.actor, tool_id=tool_id, review=inbox)
     messages.success(request, "Definition pinned: the tool is usable again.")
     return redirect("web:tool", tool_id=tool_id)
 
@@ -280,7 +282,7 @@ def tool_update(request: HttpRequest, tool_id) -> HttpResponse:
     risk, state = request.POST.get("risk") or None, request.POST.get("state") or None
     try:
         services.update_tool(actor=request.actor, tool_id=tool_id, risk=risk if risk != current.risk else None,
-                             state=state if state != current.state else None)
+                             state=state if state != current.state else None, review=inbox)
     except ValidationFailed as exc:
         return _tool_page(request, tool_id, status=422, error=exc.message)
     messages.success(request, "Tool updated.")
@@ -304,7 +306,7 @@ def resource(request: HttpRequest, resource_id) -> HttpResponse:
 @post_only
 @member_required("servers.manage")
 def resource_pin(request: HttpRequest, resource_id) -> HttpResponse:
-    resources.pin_resource(actor=request.actor, resource_id=resource_id)
+    resources.pin_resource(actor=request.actor, resource_id=resource_id, review=inbox)
     messages.success(request, "Definition pinned: the resource can be given to agents again.")
     return redirect("web:resource", resource_id=resource_id)
 
@@ -314,7 +316,7 @@ def resource_pin(request: HttpRequest, resource_id) -> HttpResponse:
 def resource_state(request: HttpRequest, resource_id) -> HttpResponse:
     try:
         resources.set_resource_state(actor=request.actor, resource_id=resource_id,
-                                     state=request.POST.get("state", ""))
+                                     state=request.POST.get("state", ""), review=inbox)
     except ValidationFailed as exc:
         return _resource_page(request, resource_id, status=422, error=exc.message)
     messages.success(request, "Resource updated.")
@@ -325,7 +327,7 @@ def resource_state(request: HttpRequest, resource_id) -> HttpResponse:
 @member_required("servers.manage")
 def resource_trusted_output(request: HttpRequest, resource_id) -> HttpResponse:
     trusted = request.POST.get("trusted") == "1"
-    resources.set_resource_trusted_output(actor=request.actor, resource_id=resource_id, trusted=trusted)
+    resources.set_resource_trusted_output(actor=request.actor, resource_id=resource_id, trusted=trusted, review=inbox)
     messages.success(request, "Content marked trusted: reading it no longer taints a run by where it comes from."
                      if trusted else "Content no longer trusted: reading it taints a run again.")
     return redirect("web:resource", resource_id=resource_id)
