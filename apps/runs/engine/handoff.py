@@ -31,7 +31,7 @@ RESULT_RULE = "run_result"
 EVIDENCE_KEPT = 20  # tool calls listed per conclusion: the newest, so a long turn's hand-on stays short
 OWN_TOOLS: dict[str, dict[str, Any]] = {
     RESULT_TOOL: {
-        "description": "Read the full result of an earlier tool call of this run, by an id listed under Evidence.",
+        "description": "The full result of an earlier tool call of this run, by its id under Evidence.",
         "input_schema": {"type": "object", "properties": {"call_id": {"type": "string"}}, "required": ["call_id"],
                          "additionalProperties": False},
     },
@@ -51,7 +51,7 @@ def context_section(name: str, answer: str, handed: dict[str, Any] | None) -> st
     status = f"Status: {handed['status']}" + (f": {handed['reason']}" if handed.get("reason") else "")
     lines = [head, status, answer]
     if handed.get("evidence"):
-        lines.append(f"Evidence (its tool calls; read one in full with {RESULT_TOOL_MODEL_NAME} if you need it):")
+        lines.append(f"Evidence (its tool calls; {RESULT_TOOL_MODEL_NAME} reads one in full):")
         lines += [f"- {e['id']}: {e['tool']}, {e['chars']:,} characters" for e in handed["evidence"]]
     return "\n".join(lines)
 

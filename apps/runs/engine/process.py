@@ -65,10 +65,12 @@ def _inputs_text(inputs: dict[str, Any]) -> str:
 
 def task_prompt(task: dict[str, Any], inputs: dict[str, Any], outputs: dict[str, str],
                 conclusions: dict[str, Any] | None = None) -> str:
-    """The task's description with its inputs filled, the run inputs, and the conclusions of only the tasks it
-    names (their status, answer and evidence: engine/handoff.py), never their transcripts."""
+    """The task's description with its inputs filled, the run inputs (when there are any), and the conclusions of
+    only the tasks it names (their status, answer and evidence: engine/handoff.py), never their transcripts."""
     description = _PLACEHOLDER.sub(lambda m: str(inputs.get(m.group(1), m.group(0))), task["description"])
-    parts = [f"## Task: {task['name']}\n{description}", f"## Inputs\n{_inputs_text(inputs)}"]
+    parts = [f"## Task: {task['name']}\n{description}"]
+    if inputs:  # an empty `{}` tells the model nothing
+        parts.append(f"## Inputs\n{_inputs_text(inputs)}")
     for name in task.get("context") or []:
         if name in outputs:
             parts.append(handoff.context_section(name, outputs[name], (conclusions or {}).get(name)))
