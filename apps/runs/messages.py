@@ -65,7 +65,7 @@ def write_messages(turn: RunStep, payloads: list[dict[str, Any]], *, start: int,
         with connection.cursor() as cursor:
             cursor.execute(_DELETE_FROM_SQL, [turn.id, start])
     now = timezone.now()
-    _inserts().send([RunMessage(run_id=turn.run_id, turn_id=turn.id, seq=start + i, payload=payload,
+    _inserts().send([RunMessage(turn_id=turn.id, seq=start + i, payload=payload,
                                 created_at=now) for i, payload in enumerate(payloads)])
 
 

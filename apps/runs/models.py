@@ -172,9 +172,9 @@ class RunMessage(models.Model):
     only apps/runs/messages.py writes them (the run store through it, and retention)."""
 
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    # No org: a conversation is only reached through its turn, read for its org. The unique key leads with
-    # `turn`, which serves every read; `run` says which run owns the row, unindexed (written on every step).
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+", db_index=False)
+    # No org and no run: a conversation is only reached through its turn, read for its org. The unique key leads
+    # with `turn`, which serves every read and the foreign key's checks when steps are deleted (a second,
+    # unindexed key to the run would make every deleted run scan this table).
     turn = models.ForeignKey(RunStep, on_delete=models.CASCADE, related_name="conversation", db_index=False)
     seq = models.PositiveIntegerField()
     payload = models.JSONField()

@@ -15,7 +15,7 @@ def move_messages(apps, schema_editor):
     turns = RunStep.objects.filter(messages__isnull=False).only("id", "run_id", "messages", "updated_at")
     rows = []
     for turn in turns.iterator(chunk_size=BATCH):
-        rows += [RunMessage(run_id=turn.run_id, turn_id=turn.id, seq=seq, payload=payload,
+        rows += [RunMessage(turn_id=turn.id, seq=seq, payload=payload,
                             created_at=turn.updated_at) for seq, payload in enumerate(turn.messages or [])]
         if len(rows) >= BATCH:
             RunMessage.objects.bulk_create(rows)
@@ -46,7 +46,6 @@ class Migration(migrations.Migration):
                 ('seq', models.PositiveIntegerField()),
                 ('payload', models.JSONField()),
                 ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('run', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='+', to='runs.run')),
                 ('turn', models.ForeignKey(db_index=False, on_delete=django.db.models.deletion.CASCADE, related_name='conversation', to='runs.runstep')),
             ],
             options={
