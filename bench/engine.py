@@ -164,6 +164,8 @@ def one_run(s: Setup, size: int, tool: str = "lookup") -> tuple[str, float, list
 BYTES_SQL = """
 SELECT (SELECT coalesce(sum(pg_column_size(r.*)), 0) FROM runs_run r WHERE r.id = %(r)s)
      + (SELECT coalesce(sum(pg_column_size(s.*)), 0) FROM runs_runstep s WHERE s.run_id = %(r)s)
+     + (SELECT coalesce(sum(pg_column_size(m.*)), 0) FROM runs_runmessage m
+        JOIN runs_runstep s ON s.id = m.turn_id WHERE s.run_id = %(r)s)
      + (SELECT coalesce(sum(pg_column_size(t.*)), 0) FROM runs_toolcall t WHERE t.run_id = %(r)s)
      + (SELECT coalesce(sum(pg_column_size(e.*)), 0) FROM runs_runevent e WHERE e.run_id = %(r)s)
      + (SELECT coalesce(sum(pg_column_size(u.*)), 0) FROM costs_usagerecord u WHERE u.run_id = %(r)s)

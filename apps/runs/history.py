@@ -34,6 +34,7 @@ from django.utils import timezone
 
 from apps.approvals.models import ApprovalRequest
 from apps.audit.redaction import redact
+from apps.runs.messages import conversations
 from apps.runs.models import Run, RunEvent, RunStep, StepKind, ToolCall
 
 # Must match the GIN index expression in migration 0003 for Postgres to use it.
@@ -135,7 +136,7 @@ def waterfall(run: Run) -> Waterfall:
         end = end or start
         bars.append(Bar(label, kind, max(0, _ms(start - origin)), max(0, _ms(end - start)), detail))
 
-    steps = RunStep.objects.filter(run=run).defer("messages", "output").order_by("position")
+    steps = RunStep.objects.filter(run=run).defer("output").order_by("position")
     for step in steps:
         if step.kind == StepKind.AGENT:
             bar(f"{step.agent_name} · {step.task}", "agent", step.started_at, step.finished_at, step.status)
@@ -244,14 +245,17 @@ def _comparable(snapshot: dict[str, Any]) -> dict[str, Any]:
 
 def run_trace(run: Run) -> dict[str, Any]:
     """Everything a run did, redacted: the run, its steps (with model messages), ledger and events."""
+    rows = list(RunStep.objects.filter(run=run).order_by("position"))
+    talk = conversations(s.id for s in rows if s.kind == StepKind.AGENT)
     steps = [{"id": str(s.id), "parent_id": str(s.parent_id) if s.parent_id else None, "position": s.position,
               "kind": s.kind, "agent_id": str(s.agent_id) if s.agent_id else None, "agent": s.agent_name,
               "task": s.task, "status": s.status, "status_reason": s.status_reason, "output": s.output,
               "provider": s.provider, "model": s.model, "input_tokens": s.input_tokens,
               "cached_tokens": s.cached_tokens, "output_tokens": s.output_tokens,
               "cost_usd": _dec(s.cost_usd), "price_source": s.price_source, "latency_ms": s.latency_ms,
-              "started_at": _iso(s.started_at), "finished_at": _iso(s.finished_at), "messages": s.messages}
-             for s in RunStep.objects.filter(run=run).order_by("position")]
+              "started_at": _iso(s.started_at), "finished_at": _iso(s.finished_at),
+              "messages": talk.get(str(s.id))}
+             for s in rows]
     calls = [{"id": str(c.id), "step_id": str(c.step_id), "call_id": c.call_id, "tool": c.qualified_name,
               "arguments": c.arguments, "approved_arguments": c.approved_arguments, "state": c.state,
               "decision": c.decision, "rule": c.rule, "reason": c.reason,

@@ -13,9 +13,12 @@
 
 from __future__ import annotations
 
+import uuid
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from apps.core.models import TenantModel
 
@@ -143,7 +146,6 @@ class RunStep(TenantModel):
     status = models.CharField(max_length=16, blank=True)  # agent: running/done/partial/blocked/stopped
     status_reason = models.TextField(blank=True)
     output = models.TextField(blank=True)  # agent: final answer; llm: the text it said
-    messages = models.JSONField(null=True, blank=True)  # agent: pydantic-ai history (ModelMessagesTypeAdapter)
     # llm only
     provider = models.CharField(max_length=40, blank=True)
     model = models.CharField(max_length=200, blank=True)
@@ -162,6 +164,27 @@ class RunStep(TenantModel):
 
     def __str__(self) -> str:
         return f"{self.run_id} #{self.position} {self.kind}"
+
+
+class RunMessage(models.Model):
+    """One message of an agent turn's conversation (a pydantic-ai message, ModelMessagesTypeAdapter's JSON),
+    at `seq` in the turn. Rows are appended as the conversation grows, so a step writes only what it adds;
+    only apps/runs/messages.py writes them (the run store through it, and retention)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    # No org and no run: a conversation is only reached through its turn, read for its org. The unique key leads
+    # with `turn`, which serves every read and the foreign key's checks when steps are deleted (a second,
+    # unindexed key to the run would make every deleted run scan this table).
+    turn = models.ForeignKey(RunStep, on_delete=models.CASCADE, related_name="conversation", db_index=False)
+    seq = models.PositiveIntegerField()
+    payload = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["turn", "seq"], name="run_message_seq")]
+
+    def __str__(self) -> str:
+        return f"{self.turn_id} #{self.seq}"
 
 
 class CallState(models.TextChoices):

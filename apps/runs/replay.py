@@ -33,7 +33,7 @@ from apps.costs import selectors as budgets
 from apps.runs import history, queue, selectors, services, trial
 from apps.runs.engine.model import idempotency_argument
 from apps.runs.ledger import append_event, publish_status
-from apps.runs.messages import dump_messages, load_messages
+from apps.runs.messages import dump_messages, load_messages, turn_messages
 from apps.runs.models import CallState, Run, RunOrigin, RunStep, StepKind, ToolCall
 
 MAX_PROMPT = 20_000
@@ -211,7 +211,7 @@ def _replayed_history(turn: RunStep, llm: RunStep, call: ToolCall, arguments: di
     from pydantic_ai.usage import RequestUsage
 
 
-    history = load_messages(turn.messages)
+    history = load_messages(turn_messages(turn))
     nth = RunStep.objects.filter(parent=turn, kind=StepKind.LLM, position__lt=llm.position).count()
     responses = [i for i, m in enumerate(history) if isinstance(m, ModelResponse)]
     if nth >= len(responses):

@@ -21,7 +21,8 @@ from django.utils import timezone
 from apps.accounts.actors import Actor, system_actor
 from apps.audit import services as audit
 from apps.core.errors import ValidationFailed
-from apps.runs.models import Run, RunEvent, RunRetention, RunStep, ToolCall
+from apps.runs.messages import count_conversations, forget_conversations
+from apps.runs.models import Run, RunEvent, RunRetention, ToolCall
 
 BATCH = 500
 MAX_DAYS = 3650
@@ -76,13 +77,13 @@ def _apply(policy: RunRetention, *, now: datetime, dry_run: bool) -> Pass:
             return done
         done.runs = len(run_ids)
         events = RunEvent.objects.filter(run_id__in=run_ids)
-        conversations = RunStep.objects.filter(run_id__in=run_ids, messages__isnull=False)
         calls = ToolCall.objects.filter(run_id__in=run_ids).exclude(arguments={}, result__isnull=True)
         if dry_run:
-            done.events, done.conversations, done.tool_calls = events.count(), conversations.count(), calls.count()
+            done.events, done.tool_calls = events.count(), calls.count()
+            done.conversations = count_conversations(run_ids)
             return done
         done.events, _ = events.delete()
-        done.conversations = conversations.update(messages=None)
+        done.conversations = forget_conversations(run_ids)
         done.tool_calls = calls.update(arguments={}, approved_arguments=None, result=None)
         Run.objects.filter(id__in=run_ids).update(state={PRUNED: now.isoformat()})
         audit.record(org_id=policy.org_id, actor=system_actor(policy.org_id, "retention"),

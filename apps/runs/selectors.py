@@ -165,7 +165,7 @@ def unknown_calls(*, org_id: UUID | str, crew_id: UUID | str | None = None, agen
         rows = rows.filter(tool__server_id=server_id)
     if risk:
         rows = rows.filter(tool__risk=risk)
-    return rows.defer("step__messages").order_by("created_at", "id")
+    return rows.order_by("created_at", "id")
 
 
 @dataclass
@@ -187,7 +187,7 @@ CONTEXT_EVENTS = ("context.read", "context.unavailable")
 def run_tree(run: Run) -> list[TurnView]:
     """Agent turns in order, each with the context resources its start read, its model calls and each call's
     ledger rows."""
-    steps = list(RunStep.objects.filter(run=run).defer("messages").order_by("position"))
+    steps = list(RunStep.objects.filter(run=run).order_by("position"))
     calls: dict[Any, list[ToolCall]] = {}
     for row in ToolCall.objects.filter(run=run).select_related("approval").order_by("position"):
         calls.setdefault(row.step_id, []).append(row)

@@ -24,6 +24,7 @@ from apps.registry import selectors as registry_selectors
 from apps.registry import services as registry_services
 from apps.runs import services
 from apps.runs import worker as run_worker
+from apps.runs.messages import turn_messages
 from apps.runs.models import Run, RunEvent, ToolCall
 from tests.agents.fake_llm import FakeLLM
 from tests.factories import make_org, owner_of
@@ -82,7 +83,7 @@ def run(desk, crew, inputs=None) -> Run:
 def first_request(run: Run) -> str:
     """The text of the first request of the run's first turn: what its model was sent first."""
     turn = run.steps.filter(kind="agent").order_by("position").first()
-    return "\n".join(part.get("content", "") for part in turn.messages[0]["parts"]
+    return "\n".join(part.get("content", "") for part in turn_messages(turn)[0]["parts"]
                      if isinstance(part.get("content"), str))
 
 
@@ -200,7 +201,7 @@ def test_an_agent_without_context_resources_gets_only_its_prompt_and_task(desk):
     agent = desk.agent("Plain", [{"say": "Fine.\nSTATUS: done\nREASON: ok"}], [])
     finished = run(desk, desk.sequential("Plain crew", [("answer", agent, "Look at {order_id}.", [])]))
     turn = finished.steps.get(kind="agent")
-    assert [p["part_kind"] for p in turn.messages[0]["parts"]] == ["system-prompt", "user-prompt"]
+    assert [p["part_kind"] for p in turn_messages(turn)[0]["parts"]] == ["system-prompt", "user-prompt"]
     assert not events(finished, "context.read") and not events(finished, "context.unavailable")
 
 

@@ -21,6 +21,7 @@ from apps.crews import services as crew_services
 from apps.runs import decisions, services
 from apps.runs import worker as run_worker
 from apps.runs.engine.results import injected_call_findings, scannable_text
+from apps.runs.messages import turn_messages
 from apps.runs.models import Run, RunEvent, ToolCall
 from tests.agents.fake_llm import FakeLLM
 from tests.runs.conftest import LOOK_UP
@@ -100,7 +101,7 @@ def test_a_rejected_refund_never_runs_and_the_model_reads_the_reviewers_comment(
     row = ToolCall.objects.get(run=run, qualified_name="orders.refund_order")
     assert row.state == "rejected" and "voucher" in row.reason
     turn = run.steps.get(kind="agent", task="refund")
-    assert "DENIED" in json.dumps(turn.messages) and "voucher" in json.dumps(turn.messages)
+    assert "DENIED" in json.dumps(turn_messages(turn)) and "voucher" in json.dumps(turn_messages(turn))
 
 
 def test_a_supervisor_routes_between_members_and_finishes(desk, actor):
@@ -131,7 +132,7 @@ def test_dispatch_checks_policy_again_for_a_tool_the_model_was_never_offered(des
     row = ToolCall.objects.get(run=run)
     assert row.state == "denied" and row.rule == "grant_deny" and row.dispatched_at is None
     assert "C-100" not in desk.store().get("deleted_customers", [])
-    offered = run.steps.get(kind="agent").messages
+    offered = turn_messages(run.steps.get(kind="agent"))
     assert "delete_customer" not in json.dumps(offered[0])  # never in the prompt either
 
 
@@ -284,14 +285,16 @@ def test_the_prompt_size_the_budget_check_uses_is_the_history_s_json_length_as_i
 
     from apps.runs.store.run_store import RunStore
 
-    store, turn = RunStore.__new__(RunStore), SimpleNamespace(id="turn", messages=[])
-    store._chars = {}
+    store, turn = RunStore.__new__(RunStore), SimpleNamespace(id="turn")
+    store._chars, store._history = {}, {"turn": ([], [])}
     seen = []
     for grown in ([{"kind": "request", "parts": [{"content": "Refund A-1001"}]}],
                   [{"kind": "response", "parts": [{"tool_name": "orders.refund", "args": {"amount": 5}}]},
                    {"kind": "request", "parts": [{"content": "ok ✓", "outcome": None}]}]):
-        turn.messages = [*turn.messages, *grown]
-        seen.append(store.history_chars(turn) == len(json.dumps(turn.messages)))
-    turn.messages = [{"kind": "request", "parts": []}]  # rewritten (a supervisor turn, say): counted afresh
-    seen.append(store.history_chars(turn) == len(json.dumps(turn.messages)))
+        stored = [*store._history["turn"][0], *grown]
+        store._history["turn"] = (stored, [])
+        seen.append(store.history_chars(turn) == len(json.dumps(stored)))
+    stored = [{"kind": "request", "parts": []}]  # rewritten (a supervisor turn, say): counted afresh
+    store._history["turn"] = (stored, [])
+    seen.append(store.history_chars(turn) == len(json.dumps(stored)))
     assert seen == [True, True, True]

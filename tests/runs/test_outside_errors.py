@@ -18,6 +18,7 @@ from apps.registry import services as registry_services
 from apps.registry.pool import pool
 from apps.runs import services, worker
 from apps.runs.history import run_trace
+from apps.runs.messages import turn_messages
 from apps.runs.models import Run, RunEvent, ToolCall
 from tests.agents.fake_llm import FakeLLM
 
@@ -96,4 +97,4 @@ def test_an_mcp_server_that_quotes_its_secret_in_errors_leaves_it_nowhere(desk, 
     stored = everything_stored(run)
     assert echo_server not in stored
     for turn in run.steps.all():  # nor what the model was told
-        assert echo_server not in json.dumps(turn.messages)
+        assert echo_server not in json.dumps(turn_messages(turn))

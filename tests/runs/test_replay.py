@@ -12,6 +12,7 @@ from apps.costs.models import UsageRecord
 from apps.crews import services as crew_services
 from apps.crews.models import Crew
 from apps.runs import decisions, services, worker
+from apps.runs.messages import turn_messages
 from apps.runs.models import Run, RunStep, ToolCall
 from tests.factories import token_for
 
@@ -59,7 +60,7 @@ def test_an_agent_is_tried_on_its_own_under_its_policy_with_held_writes_held_and
     assert desk.refunds() == {}
     request = ApprovalRequest.objects.get(id=held.approval_id)
     assert request.status == "pending" and request.context["crew"] == "Try Refunder"
-    prompt = RunStep.objects.get(run=run, kind="agent").messages
+    prompt = turn_messages(RunStep.objects.get(run=run, kind="agent"))
     assert "Refund 5 euros on A-1001, please." in str(prompt)
 
     decisions.decide_approval(actor=member_actor(approver), approval_id=request.id, decision="approve")
@@ -135,7 +136,7 @@ def test_a_fork_runs_again_from_the_chosen_turn_with_an_edited_prompt_and_leaves
     # its status too, but not its evidence: those calls are the parent's, which the fork's run.get_result cannot read
     assert parent.state["conclusions"]["triage"]["evidence"]
     assert fork.state["conclusions"]["triage"] == {**parent.state["conclusions"]["triage"], "evidence": []}
-    first = RunStep.objects.get(run=fork, kind="agent").messages
+    first = turn_messages(RunStep.objects.get(run=fork, kind="agent"))
     assert "Refund 650 cents on A-1001, politely." in str(first) and "Refundable." in str(first)
     assert "Status: done: ok" in str(first) and "Evidence" not in str(first)
     assert list(RunStep.objects.filter(run=parent).values_list("position", "kind", "task", "output")) == parent_steps

@@ -33,7 +33,7 @@ def finished_run(desk, *, days_ago: float):
 
 def detail(run) -> tuple[int, int, int]:
     return (RunEvent.objects.filter(run=run).count(),
-            RunStep.objects.filter(run=run, messages__isnull=False).count(),
+            RunStep.objects.filter(run=run, conversation__isnull=False).distinct().count(),
             ToolCall.objects.filter(run=run).exclude(arguments={}).count())
 
 

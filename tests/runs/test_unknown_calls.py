@@ -15,6 +15,7 @@ from apps.accounts.actors import member_actor
 from apps.audit.models import AuditEvent
 from apps.runs import decisions, services
 from apps.runs import worker as run_worker
+from apps.runs.messages import turn_messages
 from apps.runs.models import Run, ToolCall
 from config.asgi import application
 from tests.conftest import signed_in
@@ -77,7 +78,7 @@ def test_the_api_lists_and_resolves_an_unknown_call_and_the_run_finishes_with_th
     assert run.status == "succeeded"
     assert desk.refunds() == {}  # never sent again
     turn = run.steps.get(kind="agent", task="refund")
-    assert NOTE in json.dumps(turn.messages)  # the model read the person's note as the call's result
+    assert NOTE in json.dumps(turn_messages(turn))  # the model read the person's note as the call's result
 
 
 @pytest.mark.parametrize("role", ["viewer", "builder"])

@@ -40,7 +40,7 @@ from apps.runs import ledger
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.lease import LeaseHeartbeat, lease_seconds
 from apps.runs.ledger import Totals, publish_status, send_events
-from apps.runs.messages import dump_messages, load_messages
+from apps.runs.messages import dump_messages, load_messages, turn_messages, write_messages
 from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
 from apps.runs.store.calls import ToolCalls
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
@@ -55,9 +55,6 @@ from apps.runs.store.reads import (
 # (and before COMMIT: a store with such a write pending sends its deferred writes on their own).
 Deferred = Callable[[], Callable[[], None] | None]
 
-_APPEND_MESSAGES_SQL = "UPDATE runs_runstep SET messages = messages || %s::jsonb, updated_at = %s WHERE id = %s"
-
-
 UNTRUSTED_KEPT = 256 * 1024  # characters of untrusted results kept per run for the copied-argument check
 
 
@@ -71,7 +68,7 @@ class RunStore(ToolCalls):
         # turn in progress and its parsed history stay in memory between steps: a step parses and
         # dumps only the messages it adds, not the whole conversation: a step's cost stays flat as it grows.
         self._turn: RunStep | None = None
-        self._history: dict[str, tuple[list[dict[str, Any]], list[ModelMessage]]] = {}
+        self._history: dict[str, tuple[list[dict[str, Any]], list[ModelMessage]]] = {}  # turn -> (stored, parsed)
         # Likewise what this store wrote itself: step positions, each turn's model calls and the last
         # one, that call's ledger rows (kept current by set_call), the decrypted connection.
         self._position: int | None = None
@@ -96,7 +93,7 @@ class RunStore(ToolCalls):
         self._totals = Totals()  # what the transaction adds to the run's counters, written with its events
         self._deferred: list[Deferred] = []
         self._deferred_reads = False  # one of them returns what must read before COMMIT (a budget check)
-        self._appends: dict[str, tuple[RunStep, list[dict[str, Any]] | None]] = {}  # turn -> messages to add
+        self._appends: dict[str, tuple[RunStep, int, bool]] = {}  # turn -> (first index to write, rewritten?)
         self._unsaved: set[Any] = set()  # ledger rows whose insert is deferred (record_model_call)
         self._on_sent: Callable[[], None] | None = None  # for the outermost transaction's COMMIT (dispatch_call)
         self._chars: dict[str, tuple[int, int, Any]] = {}  # turn -> (messages counted, their JSON length, last)
@@ -389,40 +386,42 @@ class RunStore(ToolCalls):
         return self._turn
 
     def messages(self, turn: RunStep) -> list[ModelMessage]:
-        """The turn's history, parsed once per store (a fresh list: callers may append)."""
-        cached = self._history.get(str(turn.id))
-        if cached is None or cached[0] is not turn.messages:
-            cached = self._history[str(turn.id)] = (turn.messages, load_messages(turn.messages))
-        return list(cached[1])
+        """The turn's history, read and parsed once per store (a fresh list: callers may append). While this
+        store's worker holds the lease it is the only writer of the run's conversations."""
+        return list(self._conversation(turn)[1])
+
+    def _conversation(self, turn: RunStep) -> tuple[list[dict[str, Any]], list[ModelMessage]]:
+        key = str(turn.id)
+        if key not in self._history:
+            payloads = turn_messages(turn) or []
+            self._history[key] = (payloads, load_messages(payloads))
+        return self._history[key]
 
     def _save_messages(self, turn: RunStep, messages: list[ModelMessage]) -> None:
         """Sets the turn's history; the store's current (or next) transaction writes it at its end. When it
-        only grew (the usual step) only the new messages are dumped, and on Postgres only they travel:
-        `messages || new` (the history is one jsonb column)."""
+        only grew (the usual step) only the new messages are dumped and written (appended rows). When an earlier
+        message changed, the history is replaced from the first one that differs (apps/runs/messages.py)."""
         key = str(turn.id)
-        cached = self._history.get(key)
-        known = cached[1] if cached is not None and cached[0] is turn.messages else []
-        _, pending = self._appends.get(key, (turn, []))
-        if known and len(messages) >= len(known) and all(a is b for a, b in zip(known, messages, strict=False)):
-            added = dump_messages(messages[len(known):])
-            turn.messages = [*turn.messages, *added]
-            pending = None if pending is None else [*pending, *added]
-        else:
-            turn.messages, pending = dump_messages(messages), None  # rewritten: the whole history goes
-        self._history[key] = (turn.messages, list(messages))
-        self._appends[key] = (turn, pending)
+        payloads, known = self._conversation(turn)
+        if len(messages) >= len(known) and all(a is b for a, b in zip(known, messages, strict=False)):
+            start, replace = len(known), False
+            payloads = [*payloads, *dump_messages(messages[start:])]
+        else:  # rewritten: the rows before the first change stay
+            dumped = dump_messages(messages)
+            start = next((i for i, (old, new) in enumerate(zip(payloads, dumped, strict=False)) if old != new),
+                         min(len(payloads), len(dumped)))
+            replace, payloads = True, [*payloads[:start], *dumped[start:]]
+        self._history[key] = (payloads, list(messages))
+        if key in self._appends:  # not written yet: one write from the lowest index changed
+            _, before, replaced = self._appends[key]
+            start, replace = min(before, start), replace or replaced
+        self._appends[key] = (turn, start, replace)
 
     def _write_messages(self) -> None:
         """Runs in the pipeline at the end of `atomic`: writes only, no row count read."""
         appends, self._appends = self._appends, {}
-        now = timezone.now()
-        for key, (turn, added) in appends.items():
-            turn.updated_at = now
-            if added is not None and connection.vendor == "postgresql":
-                with connection.cursor() as cursor:
-                    cursor.execute(_APPEND_MESSAGES_SQL, [json.dumps(added), now, key])
-            else:
-                RunStep.objects.filter(id=turn.id).update(messages=turn.messages, updated_at=now)
+        for key, (turn, start, replace) in appends.items():
+            write_messages(turn, self._history[key][0][start:], start=start, replace=replace)
 
     def _next_position(self) -> int:
         """Called under the run row's lock, by the lease holder: the only writer of this run's steps."""
@@ -439,8 +438,9 @@ class RunStore(ToolCalls):
             turn = RunStep.objects.create(
                 org_id=self.run.org_id, run_id=self.run_id, position=self._next_position(), kind=StepKind.AGENT,
                 agent_id=agent["id"], agent_name=agent["name"], task=task, status="running",
-                messages=dump_messages(messages), started_at=timezone.now())
-            self._history[str(turn.id)] = (turn.messages, list(messages))
+                started_at=timezone.now())
+            self._history[str(turn.id)] = (dump_messages(messages), list(messages))
+            self._appends[str(turn.id)] = (turn, 0, False)
             self.save_state(state={**state, "turn_id": str(turn.id)}, hops=self.run.hops + (1 if hop else 0))
             self.event("agent.started", step_id=str(turn.id), agent=agent["name"], agent_id=agent["id"], task=task)
         return turn
@@ -457,9 +457,9 @@ class RunStore(ToolCalls):
                 self.save_state(state={**self.run.state, **state})
 
     def history_chars(self, turn: RunStep) -> int:
-        """`len(json.dumps(turn.messages))`, counted once per message: the history grows step by step and
-        dumping all of it before every model call cost time in proportion to its length."""
-        messages, key = turn.messages or [], str(turn.id)
+        """`len(json.dumps(<the turn's stored messages>))`, counted once per message: the history grows step by
+        step and dumping all of it before every model call cost time in proportion to its length."""
+        messages, key = self._conversation(turn)[0], str(turn.id)
         counted, total, last = self._chars.get(key, (0, 0, None))
         if not (0 < counted <= len(messages) and messages[counted - 1] is last):  # new, or rewritten
             counted, total = 0, 0
