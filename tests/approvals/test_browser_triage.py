@@ -12,6 +12,7 @@ from playwright.sync_api import Page, expect
 from apps.approvals.models import ApprovalRequest
 from apps.runs import worker
 from tests.approvals.test_browser import order_desk
+from tests.browser.test_accessibility import serious_violations
 from tests.browser.test_foundation import sign_in
 from tests.runs.test_browser_history import in_thread
 
@@ -46,6 +47,7 @@ def test_an_owner_triages_the_inbox_with_the_keyboard_and_decides_two_items_toge
     artifacts = Path(settings.VAR_DIR) / "artifacts"
     artifacts.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(artifacts / "inbox-triage.png"), full_page=True)
+    assert not (found := serious_violations(page)), "\n".join(found)  # WCAG 2.1 AA on the inbox as triaged (axe-core)
 
     page.locator("body").click(position={"x": 5, "y": 5})
     page.keyboard.press("j")

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Page, expect
 
+from tests.browser.test_accessibility import serious_violations
 from tests.processes import free_port, wait_for_port
 
 pytestmark = pytest.mark.browser
@@ -64,14 +65,18 @@ def manage(checkout: Path, *args: str) -> str:
 
 
 class Shots:
+    """A screenshot of each step, and axe-core's serious and critical WCAG 2.1 AA findings on that page."""
+
     def __init__(self, page: Page, folder: Path) -> None:
         self.page, self.folder, self.count = page, folder, 0
+        self.violations: dict[str, list[str]] = {}
         folder.mkdir(parents=True, exist_ok=True)
 
     def __call__(self, name: str, page: Page | None = None) -> None:
         self.count += 1
         path = self.folder / f"{self.count:02d}-{name}.png"
         (page or self.page).screenshot(path=str(path), full_page=False)
+        self.violations[name] = serious_violations(page or self.page)
         if name in README_SHOTS and os.environ.get("AIRLOCK_UPDATE_SCREENSHOTS") == "1":
             shutil.copyfile(path, ROOT / "docs" / "img" / f"{name}.png")
 
@@ -195,6 +200,7 @@ def test_a_newcomer_goes_from_the_demo_login_to_an_approved_costed_run(page: Pag
         agent_row = page.get_by_test_id("by-agent").locator("tr").filter(has_text="Journey refunds")
         expect(agent_row.locator("td").nth(3)).to_have_text(re.compile(r"^\$0\.(?!0000)\d{4}$"))
         shot("costs")
+        assert {name: found for name, found in shot.violations.items() if found} == {}
     finally:
         launcher.send_signal(signal.SIGINT)
         launcher.wait(timeout=60)

@@ -16,6 +16,7 @@ from apps.approvals.definition_changes import inbox
 from apps.registry import services as registry_services
 from apps.registry.pool import pool
 from apps.runs.models import Run
+from tests.browser.test_accessibility import serious_violations
 from tests.browser.test_foundation import sign_in
 from tests.runs.conftest import ROOT
 from tests.runs.test_browser_history import in_thread
@@ -56,6 +57,7 @@ def test_a_builder_tries_an_agent_reruns_compares_and_forks(page: Page, live_url
     artifacts.mkdir(parents=True, exist_ok=True)
     sign_in(page, live_url, owner.user.email)
     page.goto(f"{live_url}/agents/{agent.id}/")
+    assert not (found := serious_violations(page)), "\n".join(found)  # WCAG 2.1 AA on each page of the flow (axe-core)
 
     page.get_by_role("button", name="Try it").click()
     expect(page.get_by_text("Required.")).to_be_visible()  # the error at the field, in view
@@ -65,6 +67,7 @@ def test_a_builder_tries_an_agent_reruns_compares_and_forks(page: Page, live_url
     expect(page.get_by_test_id("run-lineage")).to_contain_text("An agent tried on its own")
     _succeeded(page)
     expect(page.locator("#run-header")).to_contain_text("A-1001 is shipped.")
+    assert not (found := serious_violations(page)), "\n".join(found)
     trial = in_thread(lambda: Run.objects.get(origin="trial"))
 
     page.get_by_role("button", name="Re-run").click()
@@ -74,10 +77,13 @@ def test_a_builder_tries_an_agent_reruns_compares_and_forks(page: Page, live_url
     table = page.get_by_test_id("compare-table")
     expect(table).to_contain_text("Where is order A-1001?")
     expect(table.get_by_role("row", name="Outcome")).not_to_contain_text("differs")
+    assert not (found := serious_violations(page)), "\n".join(found)
     page.screenshot(path=str(artifacts / "compare-runs.png"), full_page=True)
 
     page.goto(f"{live_url}/runs/{trial.id}/")
     page.get_by_role("link", name="Fork from a step").click()
+    expect(page.get_by_label("Prompt of that step's task")).to_be_visible()
+    assert not (found := serious_violations(page)), "\n".join(found)
     page.get_by_label("Prompt of that step's task").fill("Answer in one word: {message}")
     page.get_by_role("button", name="Start the fork").click()
     expect(page.get_by_test_id("run-lineage")).to_contain_text("Forked from")
