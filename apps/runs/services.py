@@ -99,13 +99,13 @@ def build_snapshot(crew: Any) -> dict[str, Any]:
 
 
 def tool_snapshot(tool: Tool) -> dict[str, Any]:
+    trust = output_trust(tool, tool.server)
     return {"id": str(tool.id), "server_id": str(tool.server_id), "server": tool.server.name, "name": tool.name,
             "qualified_name": tool.qualified_name, "description": tool.description, "input_schema": tool.input_schema,
             "risk": tool.risk, "state": tool.state, "pinned": tool.is_pinned, "trust_tier": tool.server.trust_tier,
             "definition_hash": tool.definition_hash,
             "open_world": reaches_open_world(tier=tool.server.trust_tier, annotations=tool.annotations),
-            "output_trust": output_trust(tool, tool.server),
-            "trusted_output": output_trust(tool, tool.server) == TRUSTED}
+            "output_trust": trust, "trusted_output": trust == TRUSTED}
 
 
 def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | None = None,
