@@ -10,12 +10,16 @@ one filesystem: the consumer sees the whole message or none of it.
 The same holds for an exchange's table of bound queues (a JSON file each process reads before it sends):
 kombu creates it truncated and locks it only after, so a process starting beside another (`scripts/run`
 starts web, worker and beat at once on a new folder) could read it empty. Here binders take turns on a lock
-file of their own and the table is replaced whole.
+file of their own and the table is replaced whole. Within one process, kombu marks a binding as declared
+(in state shared by every channel of the class) before it writes the table, so a second thread could find
+the binding "done", send, and route to a table still empty: the message was dropped without a word. Here a
+binding is declared and written under one process lock.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from time import monotonic
 
@@ -26,7 +30,14 @@ from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
 
 
+_declaring = threading.Lock()
+
+
 class Channel(filesystem.Channel):
+    def queue_bind(self, *args, **kwargs):
+        with _declaring:  # "already bound" must mean "the table on disk names the queue"
+            return super().queue_bind(*args, **kwargs)
+
     def _put(self, queue, payload, **kwargs):
         name = f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg"
         final = os.path.join(self.data_folder_out, name)
@@ -37,7 +48,6 @@ class Channel(filesystem.Channel):
             os.replace(partial, final)
         except OSError as exc:
             raise ChannelError(f"Cannot add file {final!r} to directory") from exc
-
 
     def _queue_bind(self, exchange, routing_key, pattern, queue):
         table = self._exchange_file(exchange)
