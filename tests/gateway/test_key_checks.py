@@ -67,7 +67,7 @@ def test_no_call_sent_after_a_revoke_gets_through_while_many_sessions_call(gatew
     key, raw = gateway_services.create_key(actor=member_actor(creator), name="busy host", agent_id=setup.agent.id,
                                            rate_limit_per_minute=100_000)
     calling, revoking, revoked_at = threading.Event(), [], []
-    answers: list[tuple[float, bool]] = []  # (when the call was sent, answered ok)
+    answers: list[tuple[float, float, bool]] = []  # (when the call was sent, when answered, answered ok)
     sessions = 12
 
     def revoke_while_they_call() -> None:
@@ -95,7 +95,7 @@ def test_no_call_sent_after_a_revoke_gets_through_while_many_sessions_call(gatew
                     ok = not (await client.call_tool("orders.get_order_status", {"order_id": "A-1001"})).is_error
                 except Exception:  # the SDK reports the HTTP 401 as an error
                     ok = False
-                answers.append((sent, ok))
+                answers.append((sent, time.monotonic(), ok))
 
     async def calls() -> None:
         await asyncio.gather(*(session() for _ in range(sessions)))
@@ -104,7 +104,10 @@ def test_no_call_sent_after_a_revoke_gets_through_while_many_sessions_call(gatew
     revoker.start()
     run_async(calls())
     revoker.join()
-    before = [ok for sent, ok in answers if sent < revoking[0]]
-    after = [ok for sent, ok in answers if sent > revoked_at[0]]
+    # A call started just before the revoke may reach the gateway after it committed (twelve sessions share one
+    # event loop here): refusing it is right. What must hold: calls answered before the revoke began worked,
+    # and no call started after it committed got through.
+    before = [ok for sent, answered, ok in answers if answered < revoking[0]]
+    after = [ok for sent, answered, ok in answers if sent > revoked_at[0]]
     assert before and all(before)  # the key worked, from many sessions at once
     assert after and not any(after)
