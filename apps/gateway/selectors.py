@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import datetime
+from typing import NamedTuple
 from uuid import UUID
 
 from django.core.exceptions import ValidationError
@@ -15,10 +17,16 @@ from apps.core.errors import NotFound
 from apps.gateway.models import GatewayKey, GatewaySession, OAuthGrant
 
 KEY_PREFIX = "agw_"
+NOT_A_KEY = "This is not a gateway key (they start with agw_)."
+UNKNOWN_KEY = "Unknown gateway key."
 
 
 def hash_key(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def is_key_shaped(raw: str) -> bool:
+    return bool(raw) and len(raw) <= 200 and raw.startswith(KEY_PREFIX)
 
 
 def org_keys(*, org_id: UUID | str, include_revoked: bool = True) -> QuerySet[GatewayKey]:
@@ -36,12 +44,37 @@ def get_key(*, org_id: UUID | str, key_id: UUID | str) -> GatewayKey:
         raise NotFound("No such gateway key.") from None
 
 
+class KeyRow(NamedTuple):
+    """What the endpoint needs of a presented key, with its creator's role in the key's organisation now."""
+
+    id: UUID
+    org_id: UUID
+    name: str
+    agent_id: UUID
+    created_by_id: int | None
+    rate_limit_per_minute: int
+    hold_wait_s: int
+    revoked_at: datetime | None
+    creator_role: str | None
+
+
 @dataclass(frozen=True)
 class KeyStanding:
     """A presented key as it stands now: the key, or why it is refused (then `key` is None)."""
 
-    key: GatewayKey | None
+    key: KeyRow | None
     refusal: str = ""
+
+
+def key_rows(keys: QuerySet[GatewayKey]) -> QuerySet:
+    """`keys` as `KeyRow` values, the creator's role read in the same query."""
+    creator_role = Membership.objects.filter(org_id=OuterRef("org_id"), user_id=OuterRef("created_by_id"))
+    return keys.annotate(creator_role=Subquery(creator_role.values("role")[:1])).values_list(*KeyRow._fields)
+
+
+def key_by_hash(key_hash: str) -> QuerySet:
+    """The key with this hash as `KeyRow` values (at most one: hashes are unique)."""
+    return key_rows(GatewayKey.objects.filter(key_hash=key_hash)).order_by("pk")
 
 
 def key_standing(raw: str) -> KeyStanding:
@@ -49,17 +82,18 @@ def key_standing(raw: str) -> KeyStanding:
 
     A key acts for the member who created it: it works while that person is still a member of the
     key's organisation with a role that may manage gateway keys. A key created with an API token
-    (no creator) is bound by its revocation alone."""
-    if not raw or len(raw) > 200 or not raw.startswith(KEY_PREFIX):
-        return KeyStanding(None, "This is not a gateway key (they start with agw_).")
-    return _standing(GatewayKey.objects.filter(key_hash=hash_key(raw)), "Unknown gateway key.")
+    (no creator) is bound by its revocation alone. The gateway process runs the same query compiled
+    once (`apps.gateway.keys.KeyStatement`); this is its plain twin."""
+    if not is_key_shaped(raw):
+        return KeyStanding(None, NOT_A_KEY)
+    return standing_of(key_by_hash(hash_key(raw)).first(), UNKNOWN_KEY)
 
 
-def _standing(keys: QuerySet[GatewayKey], unknown: str) -> KeyStanding:
-    creator_role = Membership.objects.filter(org_id=OuterRef("org_id"), user_id=OuterRef("created_by_id"))
-    key = keys.annotate(creator_role=Subquery(creator_role.values("role")[:1])).first()
-    if key is None:
+def standing_of(row: tuple | None, unknown: str) -> KeyStanding:
+    """The standing of a key read as `KeyRow` values (None: no such key, refused with `unknown`)."""
+    if row is None:
         return KeyStanding(None, unknown)
+    key = KeyRow(*row)
     if key.revoked_at is not None:
         return KeyStanding(None, f"The gateway key {key.name!r} was revoked.")
     if key.created_by_id is not None and key.creator_role is None:
@@ -91,7 +125,8 @@ def bearer_standing(raw: str, *, resource: str = "") -> KeyStanding:
         return KeyStanding(None, "The access token was not issued for this gateway.")
     grants = GatewayKey.objects.filter(oauth_grant__application_id=token.application_id,
                                        oauth_grant__user_id=token.user_id, oauth_grant__revoked_at__isnull=True)
-    return _standing(grants.order_by("-created_at"), "The access to this host was revoked; sign in again.")
+    return standing_of(key_rows(grants.order_by("-created_at")).first(),
+                       "The access to this host was revoked; sign in again.")
 
 
 def org_oauth_grants(*, org_id: UUID | str) -> QuerySet[OAuthGrant]:

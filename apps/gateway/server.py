@@ -69,7 +69,7 @@ from apps.core.metrics import GATEWAY_CALLS, observe_tool_call
 from apps.gateway import catalog, changes, ledger, ratelimit, selectors
 from apps.gateway.catalog import AgentView, GrantedTool
 from apps.gateway.downstream import LoopPool
-from apps.gateway.keys import CheckThreads, KeyChecks
+from apps.gateway.keys import CheckThreads, KeyChecks, KeyStatement
 from apps.gateway.ledger import CallRecord, GatewayActor, SessionRef
 from apps.gateway.relay import CallRelay, CallTrace, HostLevels, HostLink, PendingCall, wants_progress
 from apps.gateway.subscriptions import ResourceSubscriptions
@@ -262,8 +262,8 @@ class Gateway:
         self._pending: dict[str, PendingCall] = {}  # request state -> a call waiting for its host's next leg
         self.auth = KeyBackend(self)
         self._key_threads = CheckThreads()
-        self.keys: KeyChecks[selectors.KeyStanding] = KeyChecks(
-            lambda raw: self._key_threads.run(selectors.bearer_standing, raw, resource=resource_url()))
+        key_statement = KeyStatement(resource=resource_url())
+        self.keys: KeyChecks[selectors.KeyStanding] = KeyChecks(lambda raw: self._key_threads.run(key_statement, raw))
 
     # --- identity --------------------------------------------------------------------------------
 
