@@ -154,6 +154,51 @@ def test_a_500_event_burst_arrives_complete_and_in_order(layer, waiting_run, bui
     assert sum(not f.startswith(NEW_EVENTS) for f in frames) < 100  # the panels once per burst, not per event
 
 
+def test_new_events_reach_the_page_while_its_panels_are_still_rendering(layer, waiting_run, builder, monkeypatch):
+    """Rendering the panels is the slow part of a page's update (tens of ms on a long run): an event, carried by
+    its nudge or read from the table after coalesced nudges, is sent while a render is still under way."""
+    import threading
+
+    from apps.web import consumers
+
+    hold, render_may_finish, rendering = threading.Event(), threading.Event(), threading.Event()
+    real_render = consumers.run_panels
+
+    def slow_render(**kwargs):
+        if hold.is_set():  # a render that takes as long as the test lets it
+            rendering.set()
+            render_may_finish.wait(20)
+        return real_render(**kwargs)
+
+    monkeypatch.setattr(consumers, "run_panels", slow_render)
+    start = waiting_run.last_seq
+
+    async def scenario():
+        comm = communicator(f"/ws/run/{waiting_run.id}/", builder.user)
+        assert (await comm.connect())[0]
+        await comm.receive_from(timeout=10)  # the page as it stood
+        await asyncio.sleep(0.3)  # subscribed, watcher running
+        hold.set()
+        await asyncio.to_thread(append_event, waiting_run.id, "test.first")
+        frames = await frames_until(comm, lambda f: added_events(f) == [start + 1], timeout=10)
+        assert await asyncio.to_thread(rendering.wait, 10)  # the panels' render (after the first event) is stuck
+        await asyncio.to_thread(append_event, waiting_run.id, "test.during")  # the next one: carried by its nudge
+        for n in range(3):  # a burst whose nudges coalesce: the socket reads the table
+            await asyncio.to_thread(append_event, waiting_run.id, "test.burst", n=n)
+        try:
+            frames += await frames_until(comm, lambda f: start + 5 in added_events(f), timeout=5)
+            still_rendering = not render_may_finish.is_set()
+        finally:
+            render_may_finish.set()
+        frames += await frames_until(comm, lambda f: any('id="run-tree"' in x for x in f), timeout=10)
+        await comm.disconnect()
+        return frames, still_rendering
+
+    frames, still_rendering = run_async(scenario())
+    assert still_rendering
+    assert added_events(frames) == list(range(start + 1, start + 6))
+
+
 def test_a_decision_by_someone_else_replaces_the_item_in_every_open_inbox(layer, waiting_run, org, approver, admin):
     from apps.accounts.actors import member_actor
     from apps.approvals.models import ApprovalRequest
