@@ -1,6 +1,7 @@
 """Benchmark: `tools/call` through Airlock's MCP gateway against the real gateways, on the same stdio server.
 
-    .venv/bin/python -m bench.gateway [--calls 1000] [--seconds 5] [--rounds 3] [--out var/bench/gateway.json]
+    .venv/bin/python -m bench.gateway [--calls 1000] [--seconds 5] [--rounds 3] [--no-contextforge]
+        [--out var/bench/gateway.json]
 
 Every side calls the same downstream, the bench's own stdio server (bench/lookup_server.py: `lookup(n)`,
 2 KB of text), with the same client (the official MCP SDK's `Client` over Streamable HTTP, each session
@@ -280,6 +281,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--seconds", type=float, default=5.0, help="length of one throughput sample")
     parser.add_argument("--rounds", type=int, default=3, help="throughput samples per side and level")
     parser.add_argument("--no-peers", action="store_true", help="Airlock, the direct call and the floors only")
+    parser.add_argument("--no-contextforge", action="store_true",
+                        help="mcp-proxy as the only peer (ContextForge's venv takes minutes to install)")
     parser.add_argument("--out", default=str(ROOT / "var" / "bench" / "gateway.json"))
     args = parser.parse_args(argv)
     os.chdir(ROOT)
@@ -298,7 +301,8 @@ def main(argv: list[str] | None = None) -> dict:
         endpoints = {"direct": Endpoint("direct", "stdio", tool="lookup"), **_start_ours(processes, logs, key)}
         if not args.no_peers:
             endpoints["mcp_proxy"] = start_mcp_proxy(processes, logs)
-            endpoints["contextforge"] = start_contextforge(processes, logs)
+            if not args.no_contextforge:
+                endpoints["contextforge"] = start_contextforge(processes, logs)
         sides = {}
         for side in LATENCY_SIDES:
             endpoint = endpoints.get(side.removesuffix("_handshake"))
