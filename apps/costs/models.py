@@ -71,6 +71,10 @@ class DailySpend(models.Model):
     `GET /costs` and monthly budgets read whole days here. Crew and agent are `rollup.NO_ID` (the nil
     UUID) when the call had none, so the unique key has no NULLs. `cost_usd` is the known cost only;
     `unknown_calls` counts the calls it leaves out. Internal: never shown by id.
+
+    A group's day is split into `rollup.STRIPES` rows by run (`stripe`), and readers sum them: every model call
+    of a crew updates its day's row and holds its lock until the step commits, so with one row concurrent runs of
+    a crew queued behind each other on it (bench/load.py: the most waited-for lock in a 500-decision storm).
     """
 
     id = models.BigAutoField(primary_key=True)
@@ -90,10 +94,11 @@ class DailySpend(models.Model):
     runs_agent = models.PositiveIntegerField(default=0)  # ... the run's first with this agent
     runs_model = models.PositiveIntegerField(default=0)  # ... with this model
     runs_provider = models.PositiveIntegerField(default=0)  # ... with this provider
+    stripe = models.PositiveSmallIntegerField(default=0)  # rollup.stripe_of(the call's run)
 
     class Meta:
-        constraints = [models.UniqueConstraint(fields=["org", "day", "crew_id", "agent_id", "provider", "model"],
-                                               name="daily_spend_key")]
+        constraints = [models.UniqueConstraint(fields=["org", "day", "crew_id", "agent_id", "provider", "model",
+                                                       "stripe"], name="daily_spend_key")]
 
     def __str__(self) -> str:
         return f"{self.day} {self.provider}:{self.model} {self.calls} calls"

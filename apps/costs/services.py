@@ -69,8 +69,8 @@ def record_usage(*, org_id: UUID | str, provider: str, model: str, input_tokens:
         if at is not None:  # auto_now_add stamps now: a call from history keeps its time
             record.created_at = at
             UsageRecord.objects.filter(id=record.id).update(created_at=at)
-        rollup.increment(org_id=org_id, day=record.created_at.astimezone(UTC).date(), crew_id=crew_id,
-                         agent_id=agent_id, provider=provider, model=model, input_tokens=input_tokens,
+        rollup.increment(org_id=org_id, day=record.created_at.astimezone(UTC).date(), run_id=run_id,
+                         crew_id=crew_id, agent_id=agent_id, provider=provider, model=model, input_tokens=input_tokens,
                          cached_tokens=cached_tokens, output_tokens=output_tokens, cost_usd=price.cost_usd,
                          firsts=firsts)
         if budgets:

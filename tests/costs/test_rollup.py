@@ -150,3 +150,51 @@ def test_two_workers_recording_at_once_lose_no_call(org):
     day = DailySpend.objects.get(org=org)
     assert (day.calls, day.input_tokens, day.output_tokens) == (30, 3000, 300)
     assert day.cost_usd == sum(UsageRecord.objects.filter(org=org).values_list("cost_usd", flat=True))
+
+
+@pytest.mark.stack  # row locks: SQLite locks the whole database for a write
+@pytest.mark.django_db(transaction=True)
+def test_runs_of_one_crew_recording_at_once_do_not_wait_for_each_others_spend_row(org):
+    """A model call adds to its day's spend inside its step's transaction, which holds that row until the step
+    commits. Two runs of one crew with the same agent and model record at the same time without one waiting for
+    the other, and the costs read both."""
+    from django.db import transaction
+
+    crew, agent = uuid4(), uuid4()
+    by_stripe: dict[int, object] = {}
+    while len(by_stripe) < 2:
+        run = uuid4()
+        by_stripe.setdefault(rollup.stripe_of(run), run)
+    first, second = by_stripe.values()
+
+    def record(run) -> None:
+        services.record_usage(org_id=org.id, provider="openai", model="gpt-4o-mini", input_tokens=100,
+                              output_tokens=10, run_id=run, crew_id=crew, agent_id=agent)
+
+    holding, release, errors = threading.Event(), threading.Event(), []
+
+    def first_step():
+        try:
+            with transaction.atomic():
+                record(first)
+                holding.set()
+                release.wait(20)  # the rest of the step, not committed yet
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    holder = threading.Thread(target=first_step)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '3s'")  # waiting for the first run's row fails here
+            record(second)
+    finally:
+        release.set()
+        holder.join()
+    assert not errors
+    [by_crew] = selectors.spend_by(org_id=org.id, group_by="crew", since=MIDNIGHT)
+    assert (by_crew.calls, by_crew.runs) == (2, 2)

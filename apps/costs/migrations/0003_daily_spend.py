@@ -40,10 +40,5 @@ class Migration(migrations.Migration):
     ]
 
 
-def backfill(apps, schema_editor):
-    from apps.costs import rollup
-
-    rollup.rebuild(using=schema_editor.connection)
-
-
-Migration.operations.append(migrations.RunPython(backfill, migrations.RunPython.noop))
+# The rollup is filled from the usage rows by 0004, after its last column (`stripe`) exists: `rollup.rebuild`
+# writes today's columns.
