@@ -29,7 +29,6 @@ from kombu.transport.filesystem import LOCK_EX, exchange_queue_t, lock, unlock
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
 
-
 _declaring = threading.Lock()
 
 
