@@ -111,3 +111,36 @@ def test_no_call_sent_after_a_revoke_gets_through_while_many_sessions_call(gatew
     after = [ok for sent, answered, ok in answers if sent > revoked_at[0]]
     assert before and all(before)  # the key worked, from many sessions at once
     assert after and not any(after)
+
+
+@pytest.mark.django_db
+def test_the_compiled_key_query_judges_every_key_as_the_selector_does(org, owner):
+    """The gateway's key check (a statement compiled once) and its plain twin (the selector that builds the
+    query on every call) give the same standing: a working key, a revoked one, one whose creator was demoted or
+    removed, an unknown key and a value that is not a key."""
+    from apps.accounts import services as account_services
+    from apps.agents import services as agent_services
+    from apps.gateway import selectors
+    from apps.gateway.keys import KeyStatement
+
+    owner_actor = member_actor(owner)
+    connection_ = agent_services.create_connection(actor=owner_actor, name="Scripted", provider="scripted")
+    agent = agent_services.create_agent(actor=owner_actor, name="Host", connection_id=connection_.id, script=[])
+    raws = {}
+    for name in ("working", "revoked", "demoted", "removed"):
+        creator = add_member(org, "admin")
+        key, raws[name] = gateway_services.create_key(actor=member_actor(creator), name=name, agent_id=agent.id)
+        if name == "revoked":
+            gateway_services.revoke_key(actor=owner_actor, key_id=key.id)
+        elif name == "demoted":
+            account_services.change_role(actor=owner_actor, member_id=creator.id, role="viewer")
+        elif name == "removed":
+            account_services.remove_member(actor=owner_actor, member_id=creator.id)
+    raws["unknown"] = "agw_" + "x" * 40
+    raws["not a key"] = "Bearer-ish nonsense"
+    compiled = KeyStatement(resource="")
+    standings = {name: compiled(raw) for name, raw in raws.items()}
+    assert standings == {name: selectors.bearer_standing(raw) for name, raw in raws.items()}
+    assert standings["working"].key is not None and standings["working"].key.name == "working"
+    assert [name for name, standing in standings.items() if standing.key is None] == [
+        "revoked", "demoted", "removed", "unknown", "not a key"]
