@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -49,7 +50,7 @@ from urllib.parse import urlparse
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.live import EVENT, NEW_EVENTS, _wait  # noqa: E402
+from bench.live import EVENT, EVENT_SEQ, NEW_EVENTS, _wait  # noqa: E402
 from bench.run import RESULTS  # noqa: E402
 from bench.stats import quantile  # noqa: E402
 
@@ -261,6 +262,8 @@ class Watchers:
     def __init__(self, bases: list[str], cookie: str, run_ids: list[str]) -> None:
         self.bases, self.cookie, self.run_ids = bases, cookie, run_ids
         self.frames: dict[str, list[tuple[int, str, float, float]]] = {r: [] for r in run_ids}
+        # every frame of each socket, in short (arrival, kind, the seqs it names): what a lost event's socket got
+        self.log: dict[str, list[tuple[float, str, list[int]]]] = {r: [] for r in run_ids}
         self.opened_at: dict[str, float] = {}
         self.errors: list[str] = []
         self.connected = threading.Event()
@@ -285,6 +288,9 @@ class Watchers:
                     except TimeoutError:
                         continue
                     now = time.time()
+                    if isinstance(frame, str):
+                        kind = "first" if first else "new" if frame.startswith(NEW_EVENTS) else "panels"
+                        self.log[run_id].append((now, kind, [int(n) for n in EVENT_SEQ.findall(frame)]))
                     # The first frame is the page as it stands (its newest events); then events added on top.
                     if isinstance(frame, str) and (first or frame.startswith(NEW_EVENTS)):
                         first = False
@@ -331,6 +337,8 @@ def warm_up(bases: list[str], s: dict, runs: int, threads: int) -> float:
 
 
 def concurrent_runs(bases: list[str], s: dict, runs: int, clients: int, threads: int) -> dict:
+    from django.db.models import Max
+
     from apps.runs.models import Run, RunEvent
 
     orders = ["A-1001", "A-1002", "A-1003"]
@@ -356,7 +364,13 @@ def concurrent_runs(bases: list[str], s: dict, runs: int, clients: int, threads:
         wait_until("the runs to finish", lambda: Run.objects.filter(id__in=ids, status__in=TERMINAL).count()
                    == len(ids), timeout=1800, interval=1)
         finished = time.time()
-        time.sleep(3)  # the last frames
+        # The last frames: until every socket has its run's last event (a late one is slow, not lost), or 30 s.
+        last = {str(r): n for r, n in RunEvent.objects.filter(run_id__in=watched).values_list("run_id")
+                .annotate(n=Max("seq")).values_list("run_id", "n")}
+        with contextlib.suppress(TimeoutError):  # what never came is counted below
+            wait_until("the last frames", lambda: all(watchers.frames[r] and watchers.frames[r][-1][0] >= last[r]
+                                                      for r in watched), timeout=30, interval=0.2)
+        settled = time.time()
     rows = list(Run.objects.filter(id__in=ids).values("id", "status", "created_at", "started_at", "finished_at"))
     statuses = {}
     for row in rows:
@@ -373,7 +387,9 @@ def concurrent_runs(bases: list[str], s: dict, runs: int, clients: int, threads:
         if seqs == expected[run_id] and seqs:
             complete += 1
         else:
-            problems.append((run_id, len(seqs), len(expected[run_id])))
+            problems.append({"run": run_id, "got": len(seqs), "expected": len(expected[run_id]),
+                             "frames": [(round(at - watchers.opened_at.get(run_id, at), 3), kind, seq_list)
+                                        for at, kind, seq_list in watchers.log[run_id]]})
         # live frames only: events committed after the client connected (earlier ones are replayed on connect)
         frame_ms += [(arrived - at) * 1000 for _, _, arrived, at in got
                      if at >= watchers.opened_at.get(run_id, float("inf")) and arrived >= at]
@@ -389,6 +405,7 @@ def concurrent_runs(bases: list[str], s: dict, runs: int, clients: int, threads:
         "clients": len(watched), "ws_errors": watchers.errors[:5], "ws_error_count": len(watchers.errors),
         "ws_complete": complete, "ws_frames": frames, "ws_problems": problems[:5],
         "event_to_frame_ms": ms(frame_ms), "live_frames": len(frame_ms),
+        "frames_settled_s": round(settled - finished, 1), "event_to_frame_samples": sorted(round(f) for f in frame_ms),
     }
 
 
