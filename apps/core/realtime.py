@@ -8,8 +8,10 @@ Sending is off the caller's path: `publish` hands the message to this process's 
 (one event loop, one channel layer) and returns in microseconds, so a worker's step never waits
 for Redis (bench/run.py: "publish cost"). Messages that only nudge a reader of the events table
 (`run.event`: the consumer reads every event after its last seq) are coalesced per group while
-they wait: a burst of 500 events sends a few nudges, and none is needed per event, so the
-channel layer's per-channel capacity can never drop the tail of a burst. A group's nudge goes out at
+they wait: a burst of 500 events sends a few nudges, and none is needed per event. The layer may still
+drop a nudge (it counts its capacity per web process, whose sockets share one list; config/settings.py),
+so a run page that hears nothing for a while reads the table itself (apps/web/consumers.py, CATCH_UP_S):
+a dropped nudge delays an event, it never loses one. A group's nudge goes out at
 once when its last one left more than `NUDGE_INTERVAL_S` ago, else when that interval is over (the
 newest then replaces those that waited): a worker's step commits several events, and each send costs
 its process ~0.3 ms of CPU that the step's own threads wait for (bench/run.py "per step"); a person

@@ -46,6 +46,12 @@ PARTIALS_DELAY_S = 0.1
 # busy pages rendering together, every socket's new events and the API's requests waited behind them
 # (bench/load.py). A page that waits for its turn renders once for everything that arrived meanwhile.
 PANEL_RENDERS = 4
+# Nudges are best effort: a layer drops messages for a web process that fell behind, and a Redis restart loses
+# those in flight. A run page that has heard nothing for CATCH_UP_S reads its run's events from the table itself,
+# then waits twice as long each time nothing was new, up to CATCH_UP_MAX_S (a run that waits a day for a person
+# costs its open page one small query a minute).
+CATCH_UP_S = 2.0
+CATCH_UP_MAX_S = 60.0
 _render_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
 
 
@@ -215,7 +221,9 @@ class RunConsumer(MemberConsumer):
 
     render_task: asyncio.Task | None = None
     render_wanted = False
+    keep_up_task: asyncio.Task | None = None
     last_seq = 0  # the newest event this socket has sent
+    heard_at = 0.0  # when the layer last brought a nudge (loop time)
 
     def page_org_id(self) -> str | None:
         self.run_id = str(self.scope["url_route"]["kwargs"]["run_id"])
@@ -231,29 +239,59 @@ class RunConsumer(MemberConsumer):
             rendered = None
         # Not behind the render slots: until `connect` returns the socket hears nothing, so its run's events would
         # wait for every other page's render (bench/load.py: event -> frame p50 2 s -> 8 s).
+        self.adding = asyncio.Lock()  # one sender of added events at a time: they go out in order, each once
+        self.heard_at = asyncio.get_running_loop().time()
         await self._send_panels(first=True, unless_at=rendered)
+        self.keep_up_task = asyncio.create_task(self._keep_up())
 
     async def disconnect(self, code: int) -> None:
         await super().disconnect(code)
-        if self.render_task is not None:
-            self.render_task.cancel()
+        for task in (self.render_task, self.keep_up_task):
+            if task is not None:
+                task.cancel()
 
     async def forward(self, message: dict) -> None:
         if message["event"] != "run.event":
             return
+        self.heard_at = asyncio.get_running_loop().time()
         seq = int(message["data"].get("seq") or 0)
         if seq <= self.last_seq:  # already shown (a nudge may arrive after the render that included it)
             return
         carried = message["data"].get("carried")
-        if carried is not None and seq == self.last_seq + 1:
-            events = [{**carried, "at": parse_datetime(carried["at"]) if carried.get("at") else None}]
-        else:
-            events = await database_sync_to_async(_events_after)(self.run_id, self.last_seq)
+        async with self.adding:
+            if carried is not None and seq == self.last_seq + 1:
+                events = [{**carried, "at": parse_datetime(carried["at"]) if carried.get("at") else None}]
+            else:
+                events = await database_sync_to_async(_events_after)(self.run_id, self.last_seq)
+            await self._add(events)
+        self._render_soon()
+
+    async def _add(self, events: list[dict]) -> bool:
+        """Adds on top of the page's event list those it has not been sent; whether there were any."""
         events = [e for e in events if e["seq"] > self.last_seq]  # another nudge may have sent them meanwhile
         if events:
             self.last_seq = events[-1]["seq"]
             await self.send(text_data=render_to_string("web/runs/_new_events.html", {"events": events[::-1]}))
-        self._render_soon()
+        return bool(events)
+
+    async def _keep_up(self) -> None:
+        """Reads the table when the layer has been quiet (see CATCH_UP_S): a dropped nudge delays an event, never
+        loses it."""
+        loop, wait = asyncio.get_running_loop(), CATCH_UP_S
+        while self.membership is not None:
+            heard = self.heard_at
+            await asyncio.sleep(max(0.0, heard + wait - loop.time()))
+            if self.membership is None:
+                return
+            if self.heard_at != heard:  # a nudge came meanwhile: the layer delivers; wait from then
+                wait = CATCH_UP_S
+                continue
+            async with self.adding:
+                moved = await self._add(await database_sync_to_async(_events_after)(self.run_id, self.last_seq))
+            self.heard_at = loop.time()
+            wait = CATCH_UP_S if moved else min(wait * 2, CATCH_UP_MAX_S)
+            if moved:
+                self._render_soon()
 
     def _render_soon(self) -> None:
         self.render_wanted = True  # also when a render is under way: it may have read the run before this event

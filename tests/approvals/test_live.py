@@ -199,6 +199,36 @@ def test_new_events_reach_the_page_while_its_panels_are_still_rendering(layer, w
     assert added_events(frames) == list(range(start + 1, start + 6))
 
 
+@pytest.mark.skipif(not settings.REDIS_URL, reason="the Redis layer is the one that drops messages (no Redis here)")
+def test_a_page_whose_nudges_the_layer_drops_still_gets_every_event(waiting_run, builder, caplog):
+    """channels_redis drops, silently, every message for a web process whose sockets' list is full (bench/load.py:
+    pages of a busy process stopped updating mid-run). Here every message to a socket is over capacity: the page
+    still gets each new event, once and in order, by reading the table when it has heard nothing."""
+    redis_layer = settings.CHANNEL_LAYERS["default"]
+    dropping = {"default": {**redis_layer, "CONFIG": {**redis_layer["CONFIG"], "channel_capacity": {"specific.*": 0}}}}
+    start = waiting_run.last_seq
+
+    async def scenario():
+        comm = communicator(f"/ws/run/{waiting_run.id}/", builder.user)
+        assert (await comm.connect())[0]
+        await comm.receive_from(timeout=10)  # the page as it stood
+        for n in range(3):
+            await asyncio.to_thread(append_event, waiting_run.id, "test.dropped", n=n)
+        frames = await frames_until(comm, lambda f: start + 3 in added_events(f), timeout=15)
+        await comm.disconnect()
+        return frames
+
+    caplog.set_level("INFO", logger="channels_redis.core")
+    with override_settings(CHANNEL_LAYERS=dropping):
+        channel_layers.backends.clear()
+        try:
+            frames = run_async(scenario())
+        finally:
+            channel_layers.backends.clear()
+    assert f"over capacity in group run.{waiting_run.id}" in caplog.text  # the layer did drop the nudges
+    assert added_events(frames) == list(range(start + 1, start + 4))
+
+
 def test_a_decision_by_someone_else_replaces_the_item_in_every_open_inbox(layer, waiting_run, org, approver, admin):
     from apps.accounts.actors import member_actor
     from apps.approvals.models import ApprovalRequest
