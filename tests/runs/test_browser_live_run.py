@@ -104,6 +104,8 @@ def assert_finished_page(page: Page, run: Run) -> None:
     expect(spend).to_contain_text("Refund desk refunds")
     expect(spend.locator("tbody tr", has_text="Refund desk refunds").locator("td").nth(1)).to_have_text("3")
     expect(page.get_by_test_id("waterfall")).to_contain_text("orders.refund_order")
+    # not re-sent by the socket (it moves when someone edits the crew), and still on the page after every live update
+    expect(page.get_by_test_id("config-same")).to_be_visible()
 
 
 def test_every_panel_of_the_run_page_follows_the_run_live(page: Page, mode_url, owner, admin, tmp_path):

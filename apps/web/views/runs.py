@@ -68,7 +68,7 @@ LIVE_EVENTS_SHOWN = 100
 
 
 def run_context(run, actor=None, events_upto: int | None = None) -> dict:
-    """Every live panel of the run page (actions, header, step tree, timeline, spend, configuration, events), as
+    """Every live panel of the run page (actions, header, step tree, timeline, spend, events), as
     the page renders them and as its socket re-renders them. With an `actor`, each held call carries that
     viewer's inline decision card, `can_resolve` says whether they may answer a call whose outcome is unknown,
     `can_cancel` whether they may cancel the run and `can_replay`/`can_fork` whether they may re-run or fork it.
@@ -95,7 +95,7 @@ def run_context(run, actor=None, events_upto: int | None = None) -> dict:
             "can_fork": can_fork, "can_replay": can_start and run.is_finished,
             "can_cancel": can_start and not run.is_finished,
             "live_events": selectors.latest_events(run=run, limit=LIVE_EVENTS_SHOWN, upto=events_upto),
-            **history_context(run)}
+            "waterfall": history.waterfall(run), "agent_spend": history.spend_by_agent(run)}
 
 
 def run_panels(*, org_id, run_id, actor, events_upto: int | None = None) -> tuple[str, int]:
@@ -110,12 +110,14 @@ def run_panels(*, org_id, run_id, actor, events_upto: int | None = None) -> tupl
 @member_required()
 def run_detail(request: HttpRequest, run_id) -> HttpResponse:
     run = selectors.get_run(org_id=request.actor.org_id, run_id=run_id)
-    context = {**run_context(run, request.actor), "can_decide": request.actor.can("approvals.decide")}
+    context = {**run_context(run, request.actor), **configuration_context(run),
+               "can_decide": request.actor.can("approvals.decide")}
     return render(request, "web/runs/detail.html", context)
 
 
-def history_context(run) -> dict:
-    """The run page's timeline, spend per agent and configuration then and now."""
+def configuration_context(run) -> dict:
+    """What the run used against today's configuration. Not a live panel (it moves when someone edits the crew, not
+    when the run moves): building today's snapshot was a third of every live re-render (bench/load.py)."""
     current = None
     try:
         if trial.trial_agent_id(run):  # an agent tried on its own: today's agent in the same one-task crew
@@ -124,8 +126,7 @@ def history_context(run) -> dict:
             current = services.build_snapshot(crews.get_crew(org_id=run.org_id, crew_id=run.crew_id))
     except NotFound:
         current = None
-    return {"waterfall": history.waterfall(run), "agent_spend": history.spend_by_agent(run),
-            "config_changes": history.config_diff(run.snapshot, current), "crew_exists": current is not None,
+    return {"config_changes": history.config_diff(run.snapshot, current), "crew_exists": current is not None,
             "snapshot_json": json.dumps(history.mask(run.snapshot), indent=2, sort_keys=True, default=str)}
 
 
