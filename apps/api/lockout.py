@@ -45,8 +45,11 @@ def _subjects(*, ip: str | None, token: str, token_prefix: str) -> list[tuple[st
 def check(*, ip: str | None, token: str, token_prefix: str) -> None:
     """Raises LockedOut while the address or the token's prefix is locked out."""
     now = time.time()
-    for kind, value in _subjects(ip=ip, token=token, token_prefix=token_prefix):
-        until = cache.get(f"api-lock:{kind}:{value}")
+    subjects = _subjects(ip=ip, token=token, token_prefix=token_prefix)
+    kinds = {f"api-lock:{kind}:{value}": kind for kind, value in subjects}
+    locks = cache.get_many(list(kinds))  # one round trip on every API request
+    for key, kind in kinds.items():
+        until = locks.get(key)
         if until is not None and until > now:
             raise LockedOut(max(1, math.ceil(until - now)), by=kind)
 
