@@ -425,6 +425,7 @@ def approval_storm(bases: list[str], s: dict, storm: int, threads: int) -> dict:
     pending = list(ApprovalRequest.objects.filter(run_id__in=ids, status="pending").values_list("id", flat=True))
     decisions = [(f"{bases[n % len(bases)]}/api/v1/approvals/{a}/decision", {"decision": "approve", "comment": "load"})
                  for n, a in enumerate(pending)]
+    print(f"  {len(pending)} waiting after {to_waiting_s:.1f} s; deciding them all at once ...", flush=True)
     answered, latencies, errors, wall = timed_requests("POST", decisions, s["approver"], threads, ok=200)
     decided_at = time.time()
     wait_until("the approved runs to finish", lambda: Run.objects.filter(id__in=ids, status__in=TERMINAL).count()
@@ -435,11 +436,21 @@ def approval_storm(bases: list[str], s: dict, storm: int, threads: int) -> dict:
         statuses[status] = statuses.get(status, 0) + 1
     # exactly once: the ledger...
     calls = list(ToolCall.objects.filter(run_id__in=ids, qualified_name="orders.refund_order")
-                 .values("run_id", "state", "attempts", "arguments", "dispatched_at", "approval_id"))
+                 .values("run_id", "state", "attempts", "arguments", "dispatched_at", "finished_at", "approval_id"))
     succeeded = [c for c in calls if c["state"] == "succeeded"]
     decided = dict(ApprovalRequest.objects.filter(run_id__in=ids).values_list("id", "decided_at"))
     dispatch_ms = [(c["dispatched_at"] - decided[c["approval_id"]]).total_seconds() * 1000 for c in succeeded
                    if c["dispatched_at"] and decided.get(c["approval_id"])]
+    # when each approved call went out against when it was decided, in decision order (every 10th): a lag that grows
+    # is a backlog, a constant one is a delay before resumes start
+    timeline = sorted((decided[c["approval_id"]], c["dispatched_at"]) for c in succeeded
+                      if c["dispatched_at"] and decided.get(c["approval_id"]))
+    first = timeline[0][0] if timeline else None
+    dispatch_timeline = [(round((d - first).total_seconds(), 2), round((x - d).total_seconds(), 2))
+                         for d, x in timeline[::10]]
+    # the refund itself, at the order desk (its process holds the worker's child meanwhile)
+    tool_ms = [(c["finished_at"] - c["dispatched_at"]).total_seconds() * 1000 for c in succeeded
+               if c["finished_at"] and c["dispatched_at"]]
     # ...and the order desk's own store
     store = json.loads(DESK_DATA.read_text())
     refunds = {k: v for k, v in store["refunds"].items() if k.startswith("load-S-")}
@@ -450,7 +461,9 @@ def approval_storm(bases: list[str], s: dict, storm: int, threads: int) -> dict:
         "pending": len(pending), "decided": sum(1 for a in answered if a), "decision_errors": errors[:5],
         "decision_error_count": len(errors), "decision_ms": ms(latencies),
         "decisions_per_s": round(len(pending) / wall, 1), "decisions_wall_s": round(wall, 1),
-        "decided_to_dispatched_ms": ms(dispatch_ms), "all_finished_s": round(all_done_s, 1), "statuses": statuses,
+        "decided_to_dispatched_ms": ms(dispatch_ms), "dispatch_timeline": dispatch_timeline,
+        "refund_call_ms": ms(tool_ms),
+        "all_finished_s": round(all_done_s, 1), "statuses": statuses,
         "ledger_calls": len(calls), "ledger_succeeded": len(succeeded),
         "ledger_one_attempt": all(c["attempts"] == 1 for c in succeeded),
         "desk_refunds": len(refunds), "desk_repeated": sum(1 for r in refunds.values() if r.get("repeated")),
