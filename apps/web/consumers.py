@@ -42,6 +42,9 @@ from apps.web.views.runs import run_panels
 
 FORBIDDEN = 4403
 PARTIALS_DELAY_S = 0.1
+# A page's panels are rendered again at most this often: its new events are sent at once, the step tree, header and
+# spend follow within half a second. Renders were most of a web process's CPU with a hundred busy run pages open.
+PANELS_EVERY_S = 0.5
 # Run pages whose panels a web process renders at once. A render is mostly Python (the GIL): with a hundred
 # busy pages rendering together, every socket's new events and the API's requests waited behind them
 # (bench/load.py). A page that waits for its turn renders once for everything that arrived meanwhile.
@@ -214,8 +217,8 @@ class RunConsumer(MemberConsumer):
     """One run's page. On connect, every live panel as it stands (web/runs/_live.html). On each nudge,
     first the events the page has not been sent, added on top of its "Live events" list at once (the
     event the nudge carries when it is the next one, else read from the table); then, once per burst
-    (`PARTIALS_DELAY_S` after its first nudge: rendering is the slow part, and an event never waits
-    behind it), every panel again, read from the database, once the process has a render slot free
+    (`PARTIALS_DELAY_S` after its first nudge, and no sooner than `PANELS_EVERY_S` after the last: rendering is
+    the slow part, and an event never waits behind it), every panel again, read from the database, once the process has a render slot free
     (`PANEL_RENDERS`). Dropped or coalesced nudges lose nothing: a gap sends the socket to the table, and each
     render reads the whole state."""
 
@@ -224,6 +227,7 @@ class RunConsumer(MemberConsumer):
     keep_up_task: asyncio.Task | None = None
     last_seq = 0  # the newest event this socket has sent
     heard_at = 0.0  # when the layer last brought a nudge (loop time)
+    rendered_at = float("-inf")  # when the panels were last sent again (loop time)
 
     def page_org_id(self) -> str | None:
         self.run_id = str(self.scope["url_route"]["kwargs"]["run_id"])
@@ -299,11 +303,13 @@ class RunConsumer(MemberConsumer):
             self.render_task = asyncio.create_task(self._render_burst())
 
     async def _render_burst(self) -> None:
+        loop = asyncio.get_running_loop()
         while self.render_wanted:
-            await asyncio.sleep(PARTIALS_DELAY_S)
+            await asyncio.sleep(max(PARTIALS_DELAY_S, self.rendered_at + PANELS_EVERY_S - loop.time()))
             async with render_slot():
                 self.render_wanted = False  # what arrived while it waited for its turn is in this render too
                 await self._send_panels()
+                self.rendered_at = loop.time()
 
     async def _send_panels(self, first: bool = False, unless_at: int | None = None) -> None:
         """Every panel; its event list only up to the last event this socket added (after the first), so the
