@@ -18,7 +18,7 @@ from apps.agents import selectors as agents
 from apps.agents.prompts import compose_supervisor_prompt
 from apps.audit import services as audit
 from apps.core import tracing
-from apps.core.errors import Conflict, ValidationFailed
+from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.costs import selectors as budgets
 from apps.crews import selectors as crews
 from apps.registry.definitions import TRUSTED, output_trust, reaches_open_world
@@ -82,9 +82,12 @@ def _convert(value: Any, kind: str) -> Any:
 def build_snapshot(crew: Any) -> dict[str, Any]:
     """The crew, its agents (prompt, grants), the tool definitions they may use, and the versions."""
     members = crews.crew_agents(crew)
+    loaded = agents.get_agents(org_id=crew.org_id, agent_ids=[member.id for member in members])
     agent_snaps, tools = {}, {}
     for member in members:
-        agent = agents.get_agent(org_id=crew.org_id, agent_id=member.id)
+        agent = loaded.get(member.id)
+        if agent is None:
+            raise NotFound("No such agent.")
         snap = {**agents.agent_snapshot(agent), "id": str(agent.id), "version": agent.version,
                 "system_prompt": agents.system_prompt(agent)}
         if crew.supervisor_id == agent.id:
