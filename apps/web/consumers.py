@@ -218,9 +218,9 @@ class RunConsumer(MemberConsumer):
     first the events the page has not been sent, added on top of its "Live events" list at once (the
     event the nudge carries when it is the next one, else read from the table); then, once per burst
     (`PARTIALS_DELAY_S` after its first nudge, and no sooner than `PANELS_EVERY_S` after the last: rendering is
-    the slow part, and an event never waits behind it), every panel again, read from the database, once the process has a render slot free
-    (`PANEL_RENDERS`). Dropped or coalesced nudges lose nothing: a gap sends the socket to the table, and each
-    render reads the whole state."""
+    the slow part, and an event never waits behind it), every panel again, read from the database, once the
+    process has a render slot free (`PANEL_RENDERS`). Dropped or coalesced nudges lose nothing: a gap sends the
+    socket to the table, a quiet layer too (`CATCH_UP_S`), and each render reads the whole state."""
 
     render_task: asyncio.Task | None = None
     render_wanted = False
