@@ -35,6 +35,7 @@ from apps.approvals import selectors as approvals
 from apps.core.realtime import ACCESS_CHANGED, org_group, run_group, user_group
 from apps.costs import selectors as costs
 from apps.runs import selectors as runs
+from apps.runs.models import FINISHED
 from apps.web.badges import pending_approvals
 from apps.web.home import dashboard_context
 from apps.web.views.inbox import inbox_filters, item_context, pending_page
@@ -50,9 +51,9 @@ PANELS_EVERY_S = 0.5
 # (bench/load.py). A page that waits for its turn renders once for everything that arrived meanwhile.
 PANEL_RENDERS = 4
 # Nudges are best effort: a layer drops messages for a web process that fell behind, and a Redis restart loses
-# those in flight. A run page that has heard nothing for CATCH_UP_S reads its run's events from the table itself,
-# then waits twice as long each time nothing was new, up to CATCH_UP_MAX_S (a run that waits a day for a person
-# costs its open page one small query a minute).
+# those in flight. A page that keeps up (`MemberConsumer.keep_up`: the run page, the run list) and has heard
+# nothing for CATCH_UP_S reads what it shows from the database itself, then waits twice as long each time nothing
+# was new, up to CATCH_UP_MAX_S (a run that waits a day for a person costs its open page a small query a minute).
 CATCH_UP_S = 2.0
 CATCH_UP_MAX_S = 60.0
 _render_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
@@ -95,6 +96,8 @@ class MemberConsumer(AsyncWebsocketConsumer):
     membership: Membership | None = None
     actor: Actor | None = None
     joined_groups: tuple[str, ...] = ()
+    heard_at = 0.0  # when the layer last brought this socket a message (loop time)
+    keep_up_task: asyncio.Task | None = None
 
     async def __call__(self, scope, receive, send) -> None:
         # Each socket's database work and renders run on a thread of its own, as Django gives each request
@@ -116,6 +119,32 @@ class MemberConsumer(AsyncWebsocketConsumer):
     async def forward(self, message: dict) -> None:
         raise NotImplementedError
 
+    async def catch_up(self) -> bool | None:
+        """What the page reads for itself when the layer has been quiet for a while (`keep_up`): whether anything
+        had moved, or None once nothing more can move."""
+        return None
+
+    def keep_up(self) -> None:
+        """From now on, catch up whenever the layer has brought nothing for CATCH_UP_S (see there)."""
+        self.heard_at = asyncio.get_running_loop().time()
+        self.keep_up_task = asyncio.create_task(self._keep_up())
+
+    async def _keep_up(self) -> None:
+        loop, wait = asyncio.get_running_loop(), CATCH_UP_S
+        while self.membership is not None:
+            heard = self.heard_at
+            await asyncio.sleep(max(0.0, heard + wait - loop.time()))
+            if self.membership is None:
+                return
+            if self.heard_at != heard:  # a message came meanwhile: the layer delivers; wait from then
+                wait = CATCH_UP_S
+                continue
+            moved = await self.catch_up()
+            if moved is None:
+                return
+            self.heard_at = loop.time()
+            wait = CATCH_UP_S if moved else min(wait * 2, CATCH_UP_MAX_S)
+
     async def connect(self) -> None:
         await self.accept()
         membership = await database_sync_to_async(self._membership_at_connect)()
@@ -126,15 +155,19 @@ class MemberConsumer(AsyncWebsocketConsumer):
         self.joined_groups = (user_group(membership.user_id), *self.page_groups())
         for group in self.joined_groups:
             await self.channel_layer.group_add(group, self.channel_name)
+        self.updating = asyncio.Lock()  # a catch-up and a forwarded event read and send one at a time, in order
         await self.joined()
 
     async def disconnect(self, code: int) -> None:
         await self._leave()
+        if self.keep_up_task is not None:
+            self.keep_up_task.cancel()
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
         """Clients do not send: every write is an HTTP POST with CSRF."""
 
     async def realtime_event(self, message: dict) -> None:
+        self.heard_at = asyncio.get_running_loop().time()
         if self.membership is None:  # closed by a re-check: messages already queued go nowhere
             return
         if message["event"] == ACCESS_CHANGED:
@@ -224,9 +257,7 @@ class RunConsumer(MemberConsumer):
 
     render_task: asyncio.Task | None = None
     render_wanted = False
-    keep_up_task: asyncio.Task | None = None
     last_seq = 0  # the newest event this socket has sent
-    heard_at = 0.0  # when the layer last brought a nudge (loop time)
     rendered_at = float("-inf")  # when the panels were last sent again (loop time)
 
     def page_org_id(self) -> str | None:
@@ -243,26 +274,22 @@ class RunConsumer(MemberConsumer):
             rendered = None
         # Not behind the render slots: until `connect` returns the socket hears nothing, so its run's events would
         # wait for every other page's render (bench/load.py: event -> frame p50 2 s -> 8 s).
-        self.adding = asyncio.Lock()  # one sender of added events at a time: they go out in order, each once
-        self.heard_at = asyncio.get_running_loop().time()
         await self._send_panels(first=True, unless_at=rendered)
-        self.keep_up_task = asyncio.create_task(self._keep_up())
+        self.keep_up()
 
     async def disconnect(self, code: int) -> None:
         await super().disconnect(code)
-        for task in (self.render_task, self.keep_up_task):
-            if task is not None:
-                task.cancel()
+        if self.render_task is not None:
+            self.render_task.cancel()
 
     async def forward(self, message: dict) -> None:
         if message["event"] != "run.event":
             return
-        self.heard_at = asyncio.get_running_loop().time()
         seq = int(message["data"].get("seq") or 0)
         if seq <= self.last_seq:  # already shown (a nudge may arrive after the render that included it)
             return
         carried = message["data"].get("carried")
-        async with self.adding:
+        async with self.updating:
             if carried is not None and seq == self.last_seq + 1:
                 events = [{**carried, "at": parse_datetime(carried["at"]) if carried.get("at") else None}]
             else:
@@ -278,24 +305,14 @@ class RunConsumer(MemberConsumer):
             await self.send(text_data=render_to_string("web/runs/_new_events.html", {"events": events[::-1]}))
         return bool(events)
 
-    async def _keep_up(self) -> None:
-        """Reads the table when the layer has been quiet (see CATCH_UP_S): a dropped nudge delays an event, never
-        loses it."""
-        loop, wait = asyncio.get_running_loop(), CATCH_UP_S
-        while self.membership is not None:
-            heard = self.heard_at
-            await asyncio.sleep(max(0.0, heard + wait - loop.time()))
-            if self.membership is None:
-                return
-            if self.heard_at != heard:  # a nudge came meanwhile: the layer delivers; wait from then
-                wait = CATCH_UP_S
-                continue
-            async with self.adding:
-                moved = await self._add(await database_sync_to_async(_events_after)(self.run_id, self.last_seq))
-            self.heard_at = loop.time()
-            wait = CATCH_UP_S if moved else min(wait * 2, CATCH_UP_MAX_S)
-            if moved:
-                self._render_soon()
+    async def catch_up(self) -> bool:
+        """The run's events after the last one sent, from the table: a dropped nudge delays an event, never loses
+        it. (A finished run may still gain events: a person resolving a call whose outcome was unknown.)"""
+        async with self.updating:
+            moved = await self._add(await database_sync_to_async(_events_after)(self.run_id, self.last_seq))
+        if moved:
+            self._render_soon()
+        return moved
 
     def _render_soon(self) -> None:
         self.render_wanted = True  # also when a render is under way: it may have read the run before this event
@@ -381,9 +398,9 @@ class InboxConsumer(MemberConsumer):
         await self.send(text_data=html + render_to_string("web/inbox/_empty.html", {"items": self.waiting}))
 
 
-def _status_badges(org_id, run_ids: list[str]) -> str:
+def _status_badges(statuses: list[tuple[str, str]]) -> str:
     return "".join(render_to_string("web/runs/_live_status.html", {"run_id": run_id, "status": status})
-                   for run_id, status in runs.run_statuses(org_id=org_id, run_ids=run_ids))
+                   for run_id, status in statuses)
 
 
 def _run_ids(value: str, limit: int = 100) -> list[str]:
@@ -398,18 +415,34 @@ def _run_ids(value: str, limit: int = 100) -> list[str]:
 
 
 class RunListConsumer(MemberConsumer):
-    """The run list: on connect and on each status change, the status badge of each run the page shows."""
+    """The run list: on connect and on each status change, the status badge of each run the page shows; and, while
+    one of them can still move and the layer is quiet, their statuses read again (`keep_up`)."""
 
     async def joined(self) -> None:
         self.run_ids = _run_ids(_query(self.scope).get("runs", ""))
+        self.shown: dict[str, str] = {}  # run id -> the status its badge shows
         if self.run_ids:
-            await self.send(text_data=await database_sync_to_async(_status_badges)(self.org_id, self.run_ids))
+            self.keep_up()
+            await self._send_changed(self.run_ids)
 
     async def forward(self, message: dict) -> None:
         if message["event"] != "run.status" or message["data"]["run_id"] not in self.run_ids:
             return
-        badge = await database_sync_to_async(_status_badges)(self.org_id, [message["data"]["run_id"]])
-        await self.send(text_data=badge)
+        await self._send_changed([message["data"]["run_id"]])
+
+    async def catch_up(self) -> bool | None:
+        moving = [run_id for run_id in self.run_ids if self.shown.get(run_id) not in FINISHED]
+        return await self._send_changed(moving) if moving else None
+
+    async def _send_changed(self, run_ids: list[str]) -> bool:
+        """The badges of those of `run_ids` whose status is not the one shown; whether there were any."""
+        async with self.updating:
+            read = await database_sync_to_async(runs.run_statuses)(org_id=self.org_id, run_ids=run_ids)
+            changed = [(str(run_id), status) for run_id, status in read if self.shown.get(str(run_id)) != status]
+            self.shown.update(changed)
+            if changed:
+                await self.send(text_data=_status_badges(changed))
+        return bool(changed)
 
 
 # --- the dashboard ---------------------------------------------------------------------------------

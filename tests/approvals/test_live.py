@@ -204,8 +204,6 @@ def test_a_page_whose_nudges_the_layer_drops_still_gets_every_event(waiting_run,
     """channels_redis drops, silently, every message for a web process whose sockets' list is full (bench/load.py:
     pages of a busy process stopped updating mid-run). Here every message to a socket is over capacity: the page
     still gets each new event, once and in order, by reading the table when it has heard nothing."""
-    redis_layer = settings.CHANNEL_LAYERS["default"]
-    dropping = {"default": {**redis_layer, "CONFIG": {**redis_layer["CONFIG"], "channel_capacity": {"specific.*": 0}}}}
     start = waiting_run.last_seq
 
     async def scenario():
@@ -219,7 +217,7 @@ def test_a_page_whose_nudges_the_layer_drops_still_gets_every_event(waiting_run,
         return frames
 
     caplog.set_level("INFO", logger="channels_redis.core")
-    with override_settings(CHANNEL_LAYERS=dropping):
+    with override_settings(CHANNEL_LAYERS=_dropping_layer()):
         channel_layers.backends.clear()
         try:
             frames = run_async(scenario())
@@ -227,6 +225,41 @@ def test_a_page_whose_nudges_the_layer_drops_still_gets_every_event(waiting_run,
             channel_layers.backends.clear()
     assert f"over capacity in group run.{waiting_run.id}" in caplog.text  # the layer did drop the nudges
     assert added_events(frames) == list(range(start + 1, start + 4))
+
+
+@pytest.mark.skipif(not settings.REDIS_URL, reason="the Redis layer is the one that drops messages (no Redis here)")
+def test_the_run_list_shows_a_status_change_whose_message_the_layer_dropped(desk, org, builder, caplog):
+    crew = desk.refund_desk()
+    run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False)
+    badge = f'id="run-status-{run.id}"'
+
+    async def scenario():
+        comm = communicator(f"/ws/runs/{org.id}/?runs={run.id}", builder.user)
+        assert (await comm.connect())[0]
+        first = await comm.receive_from(timeout=10)
+        await asyncio.to_thread(worker.drive_run, run_id=run.id)  # queued -> running -> waiting for a person
+        frames = await frames_until(comm, lambda f: any('data-status="waiting"' in x for x in f), timeout=15)
+        await comm.disconnect()
+        return first, frames
+
+    caplog.set_level("INFO", logger="channels_redis.core")
+    with override_settings(CHANNEL_LAYERS=_dropping_layer()):
+        channel_layers.backends.clear()
+        try:
+            first, frames = run_async(scenario())
+        finally:
+            channel_layers.backends.clear()
+    assert "over capacity in group org." in caplog.text  # the layer did drop the status messages
+    assert badge in first and 'data-status="queued"' in first
+    shown = [re.search(r'data-status="(\w+)"', f).group(1) for f in frames]
+    assert badge in frames[-1] and shown[-1] == "waiting"
+    assert len(shown) == len(set(shown))  # a badge is sent when its status changed, not again with the same one
+
+
+def _dropping_layer() -> dict:
+    """The Redis layer with every message to a socket over capacity, as for a web process far behind."""
+    redis_layer = settings.CHANNEL_LAYERS["default"]
+    return {"default": {**redis_layer, "CONFIG": {**redis_layer["CONFIG"], "channel_capacity": {"specific.*": 0}}}}
 
 
 def test_a_decision_by_someone_else_replaces_the_item_in_every_open_inbox(layer, waiting_run, org, approver, admin):
