@@ -38,7 +38,7 @@ from apps.runs import selectors as runs
 from apps.runs.models import FINISHED
 from apps.web.badges import pending_approvals
 from apps.web.home import dashboard_context
-from apps.web.views.inbox import inbox_filters, item_context, pending_page
+from apps.web.views.inbox import inbox_filters, item_context, moved_items, pending_page
 from apps.web.views.runs import run_panels
 
 FORBIDDEN = 4403
@@ -51,9 +51,9 @@ PANELS_EVERY_S = 0.5
 # (bench/load.py). A page that waits for its turn renders once for everything that arrived meanwhile.
 PANEL_RENDERS = 4
 # Nudges are best effort: a layer drops messages for a web process that fell behind, and a Redis restart loses
-# those in flight. A page that keeps up (`MemberConsumer.keep_up`: the run page, the run list) and has heard
-# nothing for CATCH_UP_S reads what it shows from the database itself, then waits twice as long each time nothing
-# was new, up to CATCH_UP_MAX_S (a run that waits a day for a person costs its open page a small query a minute).
+# those in flight. Every page keeps up (`MemberConsumer.keep_up`): one that has heard nothing for CATCH_UP_S reads
+# what it shows from the database itself, then waits twice as long each time nothing was new, up to CATCH_UP_MAX_S
+# (a run that waits a day for a person costs its open page a small query a minute).
 CATCH_UP_S = 2.0
 CATCH_UP_MAX_S = 60.0
 _render_slots: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, asyncio.Semaphore] = weakref.WeakKeyDictionary()
@@ -216,25 +216,61 @@ def _budget_alerts(org_id) -> dict:
     return {"budget_alerts": costs.recent_alerts(org_id=org_id)}
 
 
+def _alerts_shown(alerts) -> tuple:
+    """What the budget banner shows of `alerts`: it changes when one is added or another threshold is reached."""
+    return tuple((alert.id, alert.threshold) for alert in alerts)
+
+
 class OrgConsumer(MemberConsumer):
-    """Live updates for every page of one organisation (badges, the budget banner, system checks)."""
+    """Live updates for every page of one organisation (badges, the budget banner, system checks). The inbox badge
+    and the banner keep up (`catch_up`); the worker check answers a click, which the person can repeat."""
+
+    inbox_count: int | None = None  # what the badge shows
+    alerts: tuple = ()  # what the banner shows (`_alerts_shown`)
 
     async def joined(self) -> None:
         count = await database_sync_to_async(pending_approvals)(org_id=self.org_id)
-        await self.send(text_data=render_to_string(PARTIALS["inbox.count"], {"inbox_count": count, "oob": True}))
+        self.alerts = _alerts_shown((await database_sync_to_async(_budget_alerts)(self.org_id))["budget_alerts"])
+        async with self.updating:
+            await self._send_badge(count)
+        self.keep_up()
 
     async def forward(self, message: dict) -> None:
         template = PARTIALS.get(message["event"])
         if template is None:
             return
-        context = {**message["data"], "oob": True}
         if message["event"] == "inbox.count":  # a nudge: the badge is read here, as the page reads it
-            context["inbox_count"] = await database_sync_to_async(pending_approvals)(org_id=self.org_id)
+            count = await database_sync_to_async(pending_approvals)(org_id=self.org_id)
+            async with self.updating:
+                await self._send_badge(count)
+            return
+        context = {**message["data"], "oob": True}
         if message["event"] == "system.worker_answered":
             context["state"] = "answered"
         if message["event"] == "budget.threshold":
             context.update(await database_sync_to_async(_budget_alerts)(self.org_id))
+            self.alerts = _alerts_shown(context["budget_alerts"])
         await self.send(text_data=render_to_string(template, context))
+
+    async def catch_up(self) -> bool:
+        """The badge and the banner read again; each sent when it is not what the page shows."""
+        count = await database_sync_to_async(pending_approvals)(org_id=self.org_id)
+        banner = await database_sync_to_async(_budget_alerts)(self.org_id)
+        async with self.updating:
+            moved = await self._send_badge(count)
+            if _alerts_shown(banner["budget_alerts"]) != self.alerts:
+                self.alerts = _alerts_shown(banner["budget_alerts"])
+                await self.send(text_data=render_to_string(PARTIALS["budget.threshold"], {**banner, "oob": True}))
+                moved = True
+        return moved
+
+    async def _send_badge(self, count: int) -> bool:
+        """The badge, unless it already shows `count`; whether it was sent."""
+        if count == self.inbox_count:
+            return False
+        self.inbox_count = count
+        await self.send(text_data=render_to_string(PARTIALS["inbox.count"], {"inbox_count": count, "oob": True}))
+        return True
 
 
 def _query(scope) -> dict[str, str]:
@@ -370,32 +406,44 @@ def _inbox_item(actor, filters: dict, approval_id) -> tuple[str, bool] | None:
 class InboxConsumer(MemberConsumer):
     """The inbox page: on connect, its pending items; then every change to an item (new, a vote, decided by
     someone, expired) re-renders that item's card for this viewer, in place when the page shows it, at the
-    top when it is new and waits."""
+    top when it is new and waits. When the layer is quiet it reads which of its items were decided and which are
+    new (`catch_up`); a vote it missed shows when the item is decided or the page reloads."""
 
     async def joined(self) -> None:
-        query = _query(self.scope)
-        self.filters = {k: query[k] for k in ("crew", "agent", "server", "risk", "kind") if query.get(k)}
+        self.query = _query(self.scope)
+        self.filters = {k: self.query[k] for k in ("crew", "agent", "server", "risk", "kind") if self.query.get(k)}
         # A new item goes where the page's order puts it: last when the oldest come first (the default).
-        self.new_at = "afterbegin" if query.get("sort") == "newest" else "beforeend"
-        html, ids = await database_sync_to_async(_inbox_list)(self.actor, query)
+        self.new_at = "afterbegin" if self.query.get("sort") == "newest" else "beforeend"
+        html, ids = await database_sync_to_async(_inbox_list)(self.actor, self.query)
         self.shown, self.waiting = set(ids), set(ids)
         await self.send(text_data=html)
+        self.keep_up()
 
     async def forward(self, message: dict) -> None:
-        if message["event"] != "inbox.changed":
-            return
-        approval_id = uuid.UUID(str(message["data"]["approval_id"]))
-        item = await database_sync_to_async(_inbox_item)(self.actor, self.filters, approval_id)
-        if item is None:
-            return
-        html, pending = item
-        if approval_id not in self.shown:
-            if not pending:
+        if message["event"] == "inbox.changed":
+            await self._show(uuid.UUID(str(message["data"]["approval_id"])))
+
+    async def catch_up(self) -> bool:
+        moved = await database_sync_to_async(moved_items)(self.actor, self.query, shown=set(self.shown),
+                                                            waiting=set(self.waiting))
+        for approval_id in moved:
+            await self._show(approval_id)
+        return bool(moved)
+
+    async def _show(self, approval_id: uuid.UUID) -> None:
+        """The item's card as it stands, in place or added (one at a time: an item is added to the page once)."""
+        async with self.updating:
+            item = await database_sync_to_async(_inbox_item)(self.actor, self.filters, approval_id)
+            if item is None:
                 return
-            html = f'<div hx-swap-oob="{self.new_at}:#inbox-items">{html}</div>'
-            self.shown.add(approval_id)
-        (self.waiting.add if pending else self.waiting.discard)(approval_id)
-        await self.send(text_data=html + render_to_string("web/inbox/_empty.html", {"items": self.waiting}))
+            html, pending = item
+            if approval_id not in self.shown:
+                if not pending:
+                    return
+                html = f'<div hx-swap-oob="{self.new_at}:#inbox-items">{html}</div>'
+                self.shown.add(approval_id)
+            (self.waiting.add if pending else self.waiting.discard)(approval_id)
+            await self.send(text_data=html + render_to_string("web/inbox/_empty.html", {"items": self.waiting}))
 
 
 def _status_badges(statuses: list[tuple[str, str]]) -> str:
@@ -458,11 +506,28 @@ def _dashboard_tiles(actor) -> str:
 
 class DashboardConsumer(MemberConsumer):
     """The dashboard: on connect (so a reconnect catches up) and on every org event that moves a
-    number, re-renders the tiles as the page does, for an out-of-band swap."""
+    number, re-renders the tiles as the page does, for an out-of-band swap; when the layer is quiet, renders them
+    again and sends them if they changed (`catch_up`)."""
+
+    tiles = ""  # what the page shows
 
     async def joined(self) -> None:
-        await self.send(text_data=await database_sync_to_async(_dashboard_tiles)(self.actor))
+        await self._send_tiles()
+        self.keep_up()
 
     async def forward(self, message: dict) -> None:
         if message["event"] in DASHBOARD_EVENTS:
-            await self.send(text_data=await database_sync_to_async(_dashboard_tiles)(self.actor))
+            await self._send_tiles()
+
+    async def catch_up(self) -> bool:
+        return await self._send_tiles()
+
+    async def _send_tiles(self) -> bool:
+        """The tiles, unless the page shows them as they are; whether they were sent."""
+        async with self.updating:
+            tiles = await database_sync_to_async(_dashboard_tiles)(self.actor)
+            if tiles == self.tiles:
+                return False
+            self.tiles = tiles
+            await self.send(text_data=tiles)
+            return True

@@ -253,6 +253,86 @@ def test_the_run_list_shows_a_status_change_the_layer_did_not_tell_it(layer, des
     assert len(shown) == len(set(shown))  # a badge is sent when its status changed, not again with the same one
 
 
+def test_an_inbox_the_layer_stops_telling_still_shows_each_decision_and_each_new_item(layer, desk, waiting_run, org,
+                                                                                       approver, admin):
+    from apps.accounts.actors import member_actor
+    from apps.approvals.models import ApprovalRequest
+
+    request = ApprovalRequest.objects.get(run_id=waiting_run.id)
+    card = f'id="approval-{request.id}"'
+    added = 'hx-swap-oob="beforeend:#inbox-items"'
+
+    def another_held_call():
+        run = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=waiting_run.crew_id, inputs=A1001,
+                                                         enqueue=False).id)
+        return ApprovalRequest.objects.get(run_id=run.id)
+
+    async def scenario():
+        comm = communicator(f"/ws/inbox/{org.id}/", approver.user)
+        assert (await comm.connect())[0]
+        first = await comm.receive_from(timeout=10)
+        await the_layer_forgets(org_group(org.id))
+        await asyncio.to_thread(lambda: decisions.decide_approval(actor=member_actor(admin), approval_id=request.id,
+                                                                 decision="reject", comment="not this one"))
+        decided = await frames_until(comm, lambda f: any(card in x and "Rejected" in x for x in f), timeout=15)
+        new = await asyncio.to_thread(another_held_call)
+        frames = await frames_until(comm, lambda f: any(added in x for x in f), timeout=15)
+        await comm.disconnect()
+        return first, decided, new, frames
+
+    first, decided, new, frames = run_async(scenario())
+    assert card in first and "decide-form" in first
+    assert "decide-form" not in decided[-1].split('id="inbox-empty"')[0] and added not in decided[-1]
+    assert f'id="approval-{new.id}"' in frames[-1] and "decide-form" in frames[-1]
+    assert sum(added in f for f in frames) == 1  # added once, however often the page catches up
+
+
+def test_the_badge_banner_and_dashboard_the_layer_stops_telling_still_catch_up(layer, waiting_run, org, admin):
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from apps.accounts.actors import member_actor
+    from apps.approvals.models import ApprovalRequest
+    from apps.costs import services as costs
+
+    actor = member_actor(admin)
+    request = ApprovalRequest.objects.get(run_id=waiting_run.id)
+    costs.set_model_price(actor=actor, model="my-llama", input_per_mtok=Decimal(1000), output_per_mtok=Decimal(0),
+                          effective_from=timezone.now() - timedelta(days=1))
+    costs.set_budget(actor=actor, scope="org", amount_usd="1", thresholds=[80])
+
+    def decide_and_cross_80_percent():
+        decisions.decide_approval(actor=actor, approval_id=request.id, decision="reject", comment="no")
+        costs.record_usage(org_id=org.id, provider="openai_compatible", model="my-llama", input_tokens=900,
+                           output_tokens=0)
+
+    def shows_none_waiting(frames):
+        return any(re.search(r'data-testid="tile-approvals-count">\s*0\s*<', f) for f in frames)
+
+    async def scenario():
+        badge, dashboard = communicator(f"/ws/org/{org.id}/", admin.user), communicator(f"/ws/dashboard/{org.id}/",
+                                                                                      admin.user)
+        assert (await badge.connect())[0] and (await dashboard.connect())[0]
+        first_badge, first_tiles = await badge.receive_from(timeout=10), await dashboard.receive_from(timeout=10)
+        await the_layer_forgets(org_group(org.id))
+        await asyncio.to_thread(decide_and_cross_80_percent)
+        badges = await frames_until(badge, lambda f: any('data-count="0"' in x for x in f)
+                                    and any("budget-banner" in x for x in f), timeout=15)
+        tiles = await frames_until(dashboard, shows_none_waiting, timeout=15)
+        await badge.disconnect()
+        await dashboard.disconnect()
+        return first_badge, first_tiles, badges, tiles
+
+    first_badge, first_tiles, badges, tiles = run_async(scenario())
+    assert 'data-count="1"' in first_badge and re.search(r'tile-approvals-count">\s*1\s*<', first_tiles)
+    banner = next(f for f in badges if "budget-banner" in f)
+    assert "Budget 80 % used." in banner and "$0.90 of $1.00" in banner
+    assert len(badges) == 2  # each sent once: the catch-up sends what changed, not what the page already shows
+    assert len(tiles) == len(set(tiles))
+
+
 def test_a_decision_by_someone_else_replaces_the_item_in_every_open_inbox(layer, waiting_run, org, approver, admin):
     from apps.accounts.actors import member_actor
     from apps.approvals.models import ApprovalRequest

@@ -168,16 +168,30 @@ def pending_page(actor: Actor, params: Any, *, http_request: HttpRequest | None 
     """One inbox page's pending items in triage order, rendered (each selectable for a batch decision), the
     requests shown, and whether more follow. The page and its socket both use it, so a reconnect shows
     the same items in the same order."""
-    view = triage_pages.view_of(params)
-    pending = triage.pending(org_id=actor.org_id, sort=view.sort, tool=view.tool, age=view.age,
-                             **inbox_filters(params))
-    page = list(pending[view.offset:view.offset + triage_pages.PAGE + 1])
+    page = list(_page_window(actor, params, extra=1))
     shown = page[:triage_pages.PAGE]
     summaries = triage_pages.summaries(shown)
     items = [render_to_string("web/inbox/_item.html", {**item_context(r, actor, summary=summaries.get(r.id)),
                                                        "selectable": True}, request=http_request)
              for r in shown]
     return items, shown, len(page) > len(shown)
+
+
+def _page_window(actor: Actor, params: Any, *, extra: int = 0):
+    """The pending requests one inbox page shows, in its order (`extra` more: whether another page follows)."""
+    view = triage_pages.view_of(params)
+    pending = triage.pending(org_id=actor.org_id, sort=view.sort, tool=view.tool, age=view.age,
+                             **inbox_filters(params))
+    return pending[view.offset:view.offset + triage_pages.PAGE + extra]
+
+
+def moved_items(actor: Actor, params: Any, *, shown: set, waiting: set) -> list:
+    """The items an open inbox page has not caught up with (its socket's catch-up): those it shows waiting that
+    were decided or expired since, and those now in its window that it does not show."""
+    decided = set(approvals.org_approvals(org_id=actor.org_id).filter(id__in=waiting).exclude(status="pending")
+                  .values_list("id", flat=True))
+    new = [i for i in _page_window(actor, params).values_list("id", flat=True) if i not in shown]
+    return [*decided, *new]
 
 
 @member_required()
