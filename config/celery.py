@@ -17,6 +17,8 @@ from celery.contrib.django.task import DjangoTask
 from celery.schedules import crontab  # noqa: F401  (used by later beat entries)
 from celery.signals import task_postrun, task_prerun, worker_init, worker_process_init
 
+from apps.core.queue_order import RESUME_QUEUE
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # Celery's Django fixup runs Django's system checks when a worker starts; the URL check imports the
 # whole URLconf (the ninja API, every page view, the template engines): ~7 MB a worker never uses.
@@ -26,7 +28,7 @@ os.environ.setdefault("CELERY_SKIP_CHECKS", "1")
 ID_TYPES = (str, int, uuid.UUID, type(None))
 # The queues a worker consumes, as `-Q` (runall, the compose file, the tests, the benchmarks, docs/operations.md):
 # `resume` first, a run a person just let go on; `runs`, a run's next steps; `default`, everything else.
-WORKER_QUEUES = "resume,runs,default"
+WORKER_QUEUES = f"{RESUME_QUEUE},runs,default"
 
 
 class IdOnlyTask(DjangoTask):
@@ -53,10 +55,10 @@ app.conf.update(
     task_ignore_result=True,
     task_default_queue="default",
     # A resume has a queue of its own: a person waits for it, and it must not queue behind every run's next
-    # steps (a burst of runs fills `runs`). A worker takes from its queues in turn (kombu rotates them), so a
-    # resume waits for one free child, not for the backlog; a worker given only `-Q resume` keeps children
-    # free for decisions alone (docs/operations.md, "Queues").
-    task_routes={"apps.runs.tasks.resume_run": {"queue": "resume"}, "apps.runs.tasks.*": {"queue": "runs"}},
+    # steps (a burst of runs fills `runs`). A worker asks for `resume` before its other queues
+    # (apps/core/queue_order.py), so a resume waits for one free child, not for the backlog; a worker given only
+    # `-Q resume` keeps children free for decisions alone (docs/operations.md, "Queues").
+    task_routes={"apps.runs.tasks.resume_run": {"queue": RESUME_QUEUE}, "apps.runs.tasks.*": {"queue": "runs"}},
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
     worker_send_task_events=False,

@@ -270,7 +270,8 @@ CELERY_BROKER_URL = REDIS_URL or "filesystem://localhost//"
 if not REDIS_URL:  # kombu's folder transport with messages that appear whole (apps/core/fs_broker.py)
     CELERY_BROKER_TRANSPORT = "apps.core.fs_broker:Transport"
 CELERY_BROKER_TRANSPORT_OPTIONS = (
-    {"visibility_timeout": 3600}
+    # A worker takes `resume` (a person's decision) before its other queues (apps/core/queue_order.py).
+    {"visibility_timeout": 3600, "queue_order_strategy": "apps.core.queue_order:ResumeFirst"}
     if REDIS_URL
     else {
         "data_folder_in": str(BROKER_DIR / "queue"),

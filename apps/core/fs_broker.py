@@ -26,13 +26,19 @@ from time import monotonic
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
 from kombu.transport.filesystem import LOCK_EX, exchange_queue_t, lock, unlock
+from kombu.transport.virtual.base import Empty
 from kombu.utils.encoding import str_to_bytes
 from kombu.utils.json import dumps
+
+from apps.core.queue_order import ResumeFirstCycle
 
 _declaring = threading.Lock()
 
 
 class Channel(filesystem.Channel):
+    def _reset_cycle(self):
+        self._cycle = ResumeFirstCycle(self._get_and_deliver, self._active_queues, Empty)  # a decision first
+
     def queue_bind(self, *args, **kwargs):
         with _declaring:  # "already bound" must mean "the table on disk names the queue"
             return super().queue_bind(*args, **kwargs)

@@ -17,8 +17,12 @@ def execute_run(run_id: str) -> str:
 
 @shared_task
 def resume_run(run_id: str) -> str:
+    """The step a person let go (the calls they decided, the question they answered), and no more: the run's
+    next steps go on `runs` like any run's. A worker takes `resume` first (apps/core/queue_order.py), so a task
+    here must stay that short; one that carried the whole rest of its run held a child a storm of decisions
+    was waiting for."""
     with log_context.bind(run_id=run_id):
-        return worker.advance_run(run_id=run_id)
+        return worker.advance_run(run_id=run_id, max_steps=1)
 
 
 @shared_task

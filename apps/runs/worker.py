@@ -19,7 +19,7 @@ from apps.core import tracing
 from apps.core.db import pipeline
 from apps.runs import ledger
 from apps.runs.engine.errors import LeaseLost
-from apps.runs.engine.loop import advance
+from apps.runs.engine.loop import STEPS_PER_TASK, advance
 from apps.runs.lease import SWEPT, LeaseHeartbeat, heartbeat_seconds, lease_seconds
 from apps.runs.models import Run, RunStatus
 from apps.runs.queue import enqueue, enqueue_on_commit
@@ -36,8 +36,9 @@ def max_deliveries() -> int:
 
 # --- claim, advance, sweep -----------------------------------------------------------------------
 
-def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
-    """Claims the run and runs a bounded number of engine steps. A duplicate or stale delivery does nothing.
+def advance_run(*, run_id: UUID | str, enqueue_next: bool = True, max_steps: int = STEPS_PER_TASK) -> str:
+    """Claims the run and runs at most `max_steps` engine steps (and TASK_SECONDS); when the run has more to do,
+    enqueues its next task on `runs` (unless `enqueue_next` is false). A duplicate or stale delivery does nothing.
 
     While it drives the run a heartbeat thread renews the lease (apps/runs/lease.py).
     Returns "skipped", "continue", "waiting", "finished" or "lost".
@@ -60,7 +61,7 @@ def advance_run(*, run_id: UUID | str, enqueue_next: bool = True) -> str:
         store.notices = notices if heard else None
         store.heartbeat = heartbeat = _start_heartbeat(run_id, owner, claimed_at)
         with tracing.span("run.advance", parent=trace_parent(run_id), run_id=run_id, deliveries=run.deliveries):
-            return _advance_claimed(store, enqueue_next=enqueue_next)
+            return _advance_claimed(store, enqueue_next=enqueue_next, max_steps=max_steps)
     finally:
         if heartbeat is not None:
             heartbeat.stop()
@@ -75,14 +76,14 @@ def _start_heartbeat(run_id: str, owner: str, claimed_at: float) -> LeaseHeartbe
     return LeaseHeartbeat(run_id, owner, claimed_at=claimed_at).start()
 
 
-def _advance_claimed(store: RunStore, *, enqueue_next: bool) -> str:
+def _advance_claimed(store: RunStore, *, enqueue_next: bool, max_steps: int) -> str:
     run, run_id = store.run, store.run_id
     if run.deliveries > max_deliveries():
         store.finish(RunStatus.FAILED, error=f"The worker running this run was lost {run.deliveries} times; "
                                              "giving up instead of trying again.", error_class="internal")
         return "finished"
     try:
-        outcome = advance(store)
+        outcome = advance(store, max_steps=max_steps)
         if outcome == "continue":
             store.release()
             if enqueue_next:
