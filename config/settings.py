@@ -289,7 +289,8 @@ if not REDIS_URL:
 # when configured, so every web process sees it; this process's memory when embedded (one process).
 CACHES = {"default": (
     {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-     "KEY_PREFIX": f"{os.environ.get('AIRLOCK_CHANNEL_PREFIX', 'airlock')}:cache"}
+     "KEY_PREFIX": f"{os.environ.get('AIRLOCK_CHANNEL_PREFIX', 'airlock')}:cache",
+     "OPTIONS": {"pool_class": "apps.core.cache_pool.SharedConnectionPool"}}  # not one connection per request
     if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"})}
 # API tokens that fail: this many within the window lock their address (and their prefix) out.
 AIRLOCK_API_TOKEN_FAILURES = int(os.environ.get("AIRLOCK_API_TOKEN_FAILURES", "10"))
