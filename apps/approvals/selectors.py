@@ -20,13 +20,25 @@ def pending_summary() -> dict[str, tuple[int, float]]:
     return {slug: (count, max(0.0, (now - oldest).total_seconds())) for slug, count, oldest in rows}
 
 
+# What an approval shows of its agent and its tool's server is their names (and the server's trust tier): their
+# configuration is left in the table. Loading it parsed every JSON column and decrypted the server's secrets for
+# each item read (a fifth of a web process's time answering the decision storm of bench/load.py).
+_UNSHOWN = ("agent__instructions", "agent__in_scope", "agent__out_of_scope", "agent__script",
+            "tool__server__env", "tool__server__headers", "tool__server__oauth", "tool__server__oauth_secrets",
+            "tool__server__server_info", "tool__server__capabilities", "tool__server__instructions",
+            "tool__server__resources", "tool__server__resource_templates", "tool__server__prompts")
+
+
+def _requests():
+    return ApprovalRequest.objects.select_related("agent", "tool__server", "decided_by").defer(*_UNSHOWN)
+
+
 def org_approvals(*, org_id: UUID | str, status: str | None = None, crew_id: UUID | str | None = None,
                   agent_id: UUID | str | None = None, server_id: UUID | str | None = None, risk: str | None = None,
                   kind: str | None = None) -> QuerySet[ApprovalRequest]:
     """Newest first; `status` one of pending/approved/rejected/expired (None: all); the other
     filters narrow by the run's crew, the agent, the tool's server, the risk class and the kind."""
-    requests = (ApprovalRequest.objects.filter(org_id=org_id).select_related("agent", "tool__server", "decided_by")
-                .prefetch_related("votes"))
+    requests = _requests().filter(org_id=org_id).prefetch_related("votes")
     if status:
         requests = requests.filter(status=status)
     if crew_id:
@@ -44,8 +56,7 @@ def org_approvals(*, org_id: UUID | str, status: str | None = None, crew_id: UUI
 
 def get_approval(*, org_id: UUID | str, approval_id: UUID | str) -> ApprovalRequest:
     try:
-        return (ApprovalRequest.objects.select_related("agent", "tool__server", "decided_by")
-                .get(org_id=org_id, id=approval_id))
+        return _requests().get(org_id=org_id, id=approval_id)
     except (ApprovalRequest.DoesNotExist, ValueError, ValidationError):
         raise NotFound("No such approval request.") from None
 
