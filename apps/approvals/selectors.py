@@ -23,14 +23,14 @@ def pending_summary() -> dict[str, tuple[int, float]]:
 # What an approval shows of its agent and its tool's server is their names (and the server's trust tier): their
 # configuration is left in the table. Loading it parsed every JSON column and decrypted the server's secrets for
 # each item read (a fifth of a web process's time answering the decision storm of bench/load.py).
-_UNSHOWN = ("agent__instructions", "agent__in_scope", "agent__out_of_scope", "agent__script",
+UNSHOWN = ("agent__instructions", "agent__in_scope", "agent__out_of_scope", "agent__script",
             "tool__server__env", "tool__server__headers", "tool__server__oauth", "tool__server__oauth_secrets",
             "tool__server__server_info", "tool__server__capabilities", "tool__server__instructions",
             "tool__server__resources", "tool__server__resource_templates", "tool__server__prompts")
 
 
 def _requests():
-    return ApprovalRequest.objects.select_related("agent", "tool__server", "decided_by").defer(*_UNSHOWN)
+    return ApprovalRequest.objects.select_related("agent", "tool__server", "decided_by").defer(*UNSHOWN)
 
 
 def org_approvals(*, org_id: UUID | str, status: str | None = None, crew_id: UUID | str | None = None,

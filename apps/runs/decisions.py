@@ -10,6 +10,7 @@ from uuid import UUID
 
 import jsonschema
 from django.db import connections, transaction
+from django.db.models import prefetch_related_objects
 from django.utils import timezone
 
 from apps.accounts.actors import Actor
@@ -50,9 +51,12 @@ def decide(*, actor: Actor, approval_id: UUID | str, decision: str, arguments: d
     decided = decide_approval(actor=actor, approval_id=approval_id, decision=decision, arguments=arguments,
                               comment=comment, standing=standing, expected_args_hash=expected_args_hash)
     given = getattr(decided, "approvals_given", None)
-    request = approval_selectors.get_approval(org_id=actor.org_id, approval_id=approval_id)
-    if given is None:  # not counted by the vote (a tool-definition item): from the table
+    if given is None:  # a tool-definition item (decided by apps.approvals.definition_changes): read it again
+        request = approval_selectors.get_approval(org_id=actor.org_id, approval_id=approval_id)
         given = request.votes.filter(decision="approve").count()
+    else:  # as this decision's transaction left it, its agent, tool and server loaded: its votes only to read
+        request = decided
+        prefetch_related_objects([request], "votes")
     return Decision(request=request, approvals=given, edited=arguments is not None and decision == "approve")
 
 
@@ -70,9 +74,10 @@ def decide_approval(*, actor: Actor, approval_id: UUID | str, decision: str, arg
     """
     actor.require("approvals.decide")
     with transaction.atomic():
-        # The request and its tool in one read (the lock is the request row's only: `of=("self",)`).
-        request = (ApprovalRequest.objects.select_for_update(of=("self",)).select_related("tool")
-                   .filter(org_id=actor.org_id, id=approval_id).first())
+        # The request with its agent, tool and server in one read (the lock is the request row's only:
+        # `of=("self",)`), as the decision's answer shows them (`decide`).
+        request = (ApprovalRequest.objects.select_for_update(of=("self",)).select_related("agent", "tool__server")
+                   .defer(*approval_selectors.UNSHOWN).filter(org_id=actor.org_id, id=approval_id).first())
         if request is None:
             raise NotFound("No such approval request.")
         if request.kind in (ApprovalKind.QUESTION, ApprovalKind.ELICITATION):
