@@ -21,12 +21,30 @@ from typing import Any
 from django.db import connections
 from django.db.models import Model
 
+from apps.core.db import pipeline
+
 
 def fetch(sql: str, params: Sequence[Any] | dict[str, Any], *, using: str = "default") -> list[tuple]:
     """The rows of one statement built from `Columns`."""
     with connections[using].cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall()
+
+
+def fetch_together(statements: Sequence[tuple[str, Sequence[Any]]], *, using: str = "default") -> list[list[tuple]]:
+    """The rows of each statement, all sent before the first answer is awaited: one round trip on Postgres
+    (apps.core.db.pipeline), one each elsewhere. For reads that do not depend on each other's answers."""
+    connection = connections[using]
+    with pipeline(using):
+        cursors = []
+        for sql, params in statements:
+            cursor = connection.cursor()
+            cursor.execute(sql, params)
+            cursors.append(cursor)
+        found = [cursor.fetchall() for cursor in cursors]  # the first waits for every answer
+    for cursor in cursors:
+        cursor.close()
+    return found
 
 
 class Columns:
@@ -56,7 +74,8 @@ class Columns:
     def __len__(self) -> int:
         return len(self.attnames)
 
-    def _values(self, row: Sequence[Any]) -> list[Any]:
+    def values(self, row: Sequence[Any]) -> list[Any]:
+        """`row`'s values as the model's fields hold them (the converters applied)."""
         values = list(row)
         connection = connections[self.using]
         for index, column, converters in self._converters:
@@ -66,11 +85,11 @@ class Columns:
 
     def instance(self, row: Sequence[Any]) -> Model:
         """A model instance with these columns loaded (the others deferred, read on access)."""
-        return self.model.from_db(self.using, self.attnames, self._values(row))
+        return self.model.from_db(self.using, self.attnames, self.values(row))
 
     def assign(self, obj: Model, row: Sequence[Any]) -> None:
         """Sets these columns of `obj` from `row` (a re-read of the same row)."""
-        for attname, value in zip(self.attnames, self._values(row), strict=True):
+        for attname, value in zip(self.attnames, self.values(row), strict=True):
             setattr(obj, attname, value)
 
 

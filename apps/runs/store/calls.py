@@ -48,9 +48,17 @@ class ToolCalls:
         step = self._last_call.get(str(turn.id))
         if step is not None:
             return list(self._rows[str(step.id)])
-        calls, requests, sql = last_calls_read()
+        read = self._calls_read.pop(str(turn.id), None)  # read with the turn (RunStore.turn), once
+        if read is None:
+            calls, _, sql = last_calls_read()
+            read = fetch(sql, [calls.param("step", turn.id)])
+        return self._ledger_rows(read)
+
+    def _ledger_rows(self, found: list[tuple]) -> list[ToolCall]:
+        """`last_calls_read`'s rows as ledger rows, each with its approval."""
+        calls, requests, _ = last_calls_read()
         rows = []
-        for values in fetch(sql, [calls.param("step", turn.id)]):
+        for values in found:
             row = calls.instance(values[:len(calls)])
             if row.approval_id:  # read this step: `approval()` needs not read it again before the next refresh
                 row.approval = self._live[f"approval:{row.approval_id}"] = requests.instance(values[len(calls):])

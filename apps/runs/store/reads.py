@@ -8,7 +8,7 @@ from apps.approvals.models import ApprovalRequest
 from apps.core.rows import Columns, Inserts
 from apps.registry.models import McpServer, Tool
 from apps.registry.pool import LIVE_SERVER_FIELDS
-from apps.runs.models import Run, RunStep, ToolCall
+from apps.runs.models import Run, RunMessage, RunStep, ToolCall
 
 LIVE_TOOL_FIELDS = ("id", "org_id", "qualified_name", "state", "risk", "definition_hash", "pinned_hash", "server",
                     "trusted_output", "outside_content")
@@ -34,6 +34,12 @@ def live_tool_read() -> tuple[Columns, Columns, str]:
 def turn_read() -> tuple[Columns, str]:
     turn = Columns(RunStep, [f.name for f in RunStep._meta.concrete_fields], "s")
     return turn, f"SELECT {turn.sql} FROM {turn.table} s WHERE s.run_id = %s AND s.id = %s"  # noqa: S608
+
+
+@functools.cache
+def messages_read() -> tuple[Columns, str]:
+    message = Columns(RunMessage, ["payload"], "m")
+    return message, f"SELECT {message.sql} FROM {message.table} m WHERE m.turn_id = %s ORDER BY m.seq"  # noqa: S608
 
 
 @functools.cache

@@ -28,7 +28,7 @@ from apps.agents.providers import ConnectionSpec
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.audit.org_secrets import redact_outside
 from apps.core.db import NothingUpdated, end_transaction, pipeline
-from apps.core.rows import fetch
+from apps.core.rows import fetch, fetch_together
 from apps.costs import selectors as costs_selectors
 from apps.costs import services as costs
 from apps.costs.models import ModelPrice, UsageRecord
@@ -45,6 +45,8 @@ from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepK
 from apps.runs.store.calls import ToolCalls
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
+    last_calls_read,
+    messages_read,
     run_read,
     step_inserts,
     turn_read,
@@ -75,6 +77,7 @@ class RunStore(ToolCalls):
         self._calls: dict[str, int] = {}
         self._last_call: dict[str, RunStep] = {}
         self._rows: dict[str, list[ToolCall]] = {}
+        self._calls_read: dict[str, list[tuple]] = {}  # turn -> its last model call's rows, read with the turn
         self._connections: dict[str, ConnectionSpec] = {}
         self._decided: Counter[tuple[str, str]] | None = None  # (tool, args hash) of calls past `proposed`
         self._budgets: dict[str, bool] = {}  # agent id -> does any budget apply to its calls
@@ -380,10 +383,32 @@ class RunStore(ToolCalls):
         if not step_id:
             return None
         if self._turn is None or str(self._turn.id) != str(step_id):
-            columns, sql = turn_read()
-            found = fetch(sql, [columns.param("run", self.run_id), columns.param("id", step_id)])
-            self._turn = columns.instance(found[0]) if found else None
+            self._turn = self._read_turn(str(step_id))
         return self._turn
+
+    def _read_turn(self, step_id: str) -> RunStep | None:
+        """The turn from the table and, in the same round trip, what a step reads of it next when this store does
+        not hold it: its conversation, and its last model call's ledger rows (`last_calls`). A new task's first
+        step made three round trips of them, one after the other: a resume, before the call a person let go."""
+        turn, sql = turn_read()
+        statements = [(sql, [turn.param("run", self.run_id), turn.param("id", step_id)])]
+        with_history = step_id not in self._history
+        if with_history:
+            message, sql = messages_read()
+            statements.append((sql, [message.param("turn", step_id)]))
+        with_calls = step_id not in self._last_call
+        if with_calls:
+            calls, _, sql = last_calls_read()
+            statements.append((sql, [calls.param("step", step_id)]))
+        found, *more = fetch_together(statements)
+        if not found:
+            return None
+        if with_history:
+            payloads = [message.values(row)[0] for row in more.pop(0)]
+            self._history[step_id] = (payloads, load_messages(payloads))
+        if with_calls:
+            self._calls_read[step_id] = more.pop(0)
+        return turn.instance(found[0])
 
     def messages(self, turn: RunStep) -> list[ModelMessage]:
         """The turn's history, read and parsed once per store (a fresh list: callers may append). While this
