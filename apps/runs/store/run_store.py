@@ -27,7 +27,7 @@ from apps.agents.models import LlmConnection
 from apps.agents.providers import ConnectionSpec
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.audit.org_secrets import redact_outside
-from apps.core.db import NothingUpdated, end_transaction, pipeline
+from apps.core.db import NothingUpdated, end_transaction, pipeline, send_expected_update
 from apps.core.rows import fetch, fetch_together
 from apps.costs import selectors as costs_selectors
 from apps.costs import services as costs
@@ -369,13 +369,17 @@ class RunStore(ToolCalls):
         return True
 
     def release(self) -> None:
-        """Gives the run back to the queue (more to do; the caller enqueues the next task on commit)."""
+        """Gives the run back to the queue (more to do; the caller enqueues the next task on commit). In one round
+        trip with what the store deferred (BEGIN, the writes, the hand-back, COMMIT): every task that hands its run
+        on ends with it, a resume among them. Raises LeaseLost when another worker holds the run now."""
+        def hand_back() -> None:
+            send_expected_update(Run.objects.filter(id=self.run_id, lease_owner=self.lease_owner,
+                                                    status=RunStatus.RUNNING),
+                                 status=RunStatus.QUEUED, lease_owner="", lease_expires_at=None,
+                                 updated_at=timezone.now())
+
         with self.atomic():
-            updated = Run.objects.filter(id=self.run_id, lease_owner=self.lease_owner,
-                                         status=RunStatus.RUNNING).update(
-                status=RunStatus.QUEUED, lease_owner="", lease_expires_at=None, updated_at=timezone.now())
-            if not updated:
-                raise LeaseLost(self.run_id)
+            self._deferred.append(hand_back)
 
     # --- turns and model calls ------------------------------------------------------------------
 
