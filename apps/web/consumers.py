@@ -18,6 +18,7 @@ import uuid
 import weakref
 from importlib import import_module
 from types import SimpleNamespace
+from typing import Any
 from urllib.parse import parse_qs
 
 from asgiref.sync import ThreadSensitiveContext
@@ -385,37 +386,38 @@ class RunConsumer(MemberConsumer):
 
 # --- the inbox and the run list ----------------------------------------------------------------------
 
-def _inbox_list(actor, params: dict) -> tuple[str, list]:
-    """This page's pending items as the page renders them (the list and its empty state), and their ids."""
+def _inbox_list(actor, params: dict) -> tuple[str, dict]:
+    """This page's pending items as the page renders them (the list and its empty state), and each one's
+    `updated_at` (id -> when it last changed)."""
     items, shown, _ = pending_page(actor, params)
     html = (render_to_string("web/inbox/_items.html", {"items": items})
             + render_to_string("web/inbox/_empty.html", {"items": items}))
-    return html, [r.id for r in shown]
+    return html, {r.id: r.updated_at for r in shown}
 
 
-def _inbox_item(actor, filters: dict, approval_id) -> tuple[str, bool] | None:
-    """One item as this viewer sees it (a decided one shows who decided instead of its form) and whether it
-    still waits; None when it is not the organisation's or the page's filters leave it out."""
+def _inbox_item(actor, filters: dict, approval_id) -> tuple[str, bool, Any] | None:
+    """One item as this viewer sees it (a decided one shows who decided instead of its form), whether it still
+    waits, and when it last changed; None when it is not the organisation's or the page's filters leave it out."""
     request = approvals.org_approvals(org_id=actor.org_id, **inbox_filters(filters)).filter(id=approval_id).first()
     if request is None:
         return None
     return (render_to_string("web/inbox/_item.html", {**item_context(request, actor), "selectable": True}),
-            request.is_pending)
+            request.is_pending, request.updated_at)
 
 
 class InboxConsumer(MemberConsumer):
     """The inbox page: on connect, its pending items; then every change to an item (new, a vote, decided by
     someone, expired) re-renders that item's card for this viewer, in place when the page shows it, at the
-    top when it is new and waits. When the layer is quiet it reads which of its items were decided and which are
-    new (`catch_up`); a vote it missed shows when the item is decided or the page reloads."""
+    top when it is new and waits. When the layer is quiet it reads which of its items changed and which are new
+    (`catch_up`)."""
 
     async def joined(self) -> None:
         self.query = _query(self.scope)
         self.filters = {k: self.query[k] for k in ("crew", "agent", "server", "risk", "kind") if self.query.get(k)}
         # A new item goes where the page's order puts it: last when the oldest come first (the default).
         self.new_at = "afterbegin" if self.query.get("sort") == "newest" else "beforeend"
-        html, ids = await database_sync_to_async(_inbox_list)(self.actor, self.query)
-        self.shown, self.waiting = set(ids), set(ids)
+        html, shown = await database_sync_to_async(_inbox_list)(self.actor, self.query)
+        self.shown, self.waiting = shown, set(shown)  # shown: id -> the `updated_at` the page shows
         await self.send(text_data=html)
         self.keep_up()
 
@@ -424,8 +426,7 @@ class InboxConsumer(MemberConsumer):
             await self._show(uuid.UUID(str(message["data"]["approval_id"])))
 
     async def catch_up(self) -> bool:
-        moved = await database_sync_to_async(moved_items)(self.actor, self.query, shown=set(self.shown),
-                                                            waiting=set(self.waiting))
+        moved = await database_sync_to_async(moved_items)(self.actor, self.query, shown=dict(self.shown))
         for approval_id in moved:
             await self._show(approval_id)
         return bool(moved)
@@ -434,14 +435,15 @@ class InboxConsumer(MemberConsumer):
         """The item's card as it stands, in place or added (one at a time: an item is added to the page once)."""
         async with self.updating:
             item = await database_sync_to_async(_inbox_item)(self.actor, self.filters, approval_id)
-            if item is None:
+            if item is None:  # not the page's (or gone): nothing to show, nothing to watch
+                self.shown.pop(approval_id, None)
                 return
-            html, pending = item
+            html, pending, changed_at = item
             if approval_id not in self.shown:
                 if not pending:
                     return
                 html = f'<div hx-swap-oob="{self.new_at}:#inbox-items">{html}</div>'
-                self.shown.add(approval_id)
+            self.shown[approval_id] = changed_at
             (self.waiting.add if pending else self.waiting.discard)(approval_id)
             await self.send(text_data=html + render_to_string("web/inbox/_empty.html", {"items": self.waiting}))
 

@@ -17,6 +17,7 @@ from django.test import override_settings
 from apps.core.realtime import org_group, run_group
 from apps.runs import decisions, services, worker
 from apps.runs.ledger import append_event
+from apps.web.consumers import CATCH_UP_S
 from config.asgi import application
 from tests.approvals.test_decisions import A1001
 from tests.processes import run_async
@@ -285,6 +286,39 @@ def test_an_inbox_the_layer_stops_telling_still_shows_each_decision_and_each_new
     assert "decide-form" not in decided[-1].split('id="inbox-empty"')[0] and added not in decided[-1]
     assert f'id="approval-{new.id}"' in frames[-1] and "decide-form" in frames[-1]
     assert sum(added in f for f in frames) == 1  # added once, however often the page catches up
+
+
+def test_an_inbox_the_layer_stops_telling_shows_a_vote_on_an_item_that_still_waits(layer, desk, org, approver,
+                                                                                    admin):
+    from apps.accounts.actors import member_actor
+    from apps.approvals.models import ApprovalRequest
+
+    crew = desk.refund_desk(approvals_required=2)
+    run = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001,
+                                                     enqueue=False).id)
+    request = ApprovalRequest.objects.get(run_id=run.id)
+    card = f'id="approval-{request.id}"'
+
+    async def scenario():
+        comm = communicator(f"/ws/inbox/{org.id}/", approver.user)
+        assert (await comm.connect())[0]
+        first = await comm.receive_from(timeout=10)
+        await the_layer_forgets(org_group(org.id))
+        await asyncio.to_thread(lambda: decisions.decide_approval(actor=member_actor(admin), approval_id=request.id,
+                                                                 decision="approve"))
+        frames = await frames_until(comm, lambda f: any(card in x and "1 of 2 approvals" in x for x in f),
+                                    timeout=15)
+        await asyncio.sleep(CATCH_UP_S * 1.5)  # the next catch-up finds nothing new to send
+        rest = []
+        while not await comm.receive_nothing(timeout=0.1):
+            rest.append(await comm.receive_from())
+        await comm.disconnect()
+        return first, frames, rest
+
+    first, frames, rest = run_async(scenario())
+    assert card in first and "0 of 2 approvals" in first
+    assert "decide-form" in frames[-1]  # it still waits for a second person
+    assert rest == []
 
 
 def test_the_badge_banner_and_dashboard_the_layer_stops_telling_still_catch_up(layer, waiting_run, org, admin):

@@ -185,13 +185,14 @@ def _page_window(actor: Actor, params: Any, *, extra: int = 0):
     return pending[view.offset:view.offset + triage_pages.PAGE + extra]
 
 
-def moved_items(actor: Actor, params: Any, *, shown: set, waiting: set) -> list:
-    """The items an open inbox page has not caught up with (its socket's catch-up): those it shows waiting that
-    were decided or expired since, and those now in its window that it does not show."""
-    decided = set(approvals.org_approvals(org_id=actor.org_id).filter(id__in=waiting).exclude(status="pending")
-                  .values_list("id", flat=True))
+def moved_items(actor: Actor, params: Any, *, shown: dict) -> list:
+    """The items an open inbox page has not caught up with (its socket's catch-up): those it shows that changed
+    since (`shown`: id -> the `updated_at` it shows; a vote, an edit, a decision or the expiry each moves it), and
+    those now in its window that it does not show."""
+    changed = [i for i, at in approvals.org_approvals(org_id=actor.org_id).filter(id__in=list(shown))
+               .values_list("id", "updated_at") if at != shown[i]]
     new = [i for i in _page_window(actor, params).values_list("id", flat=True) if i not in shown]
-    return [*decided, *new]
+    return [*changed, *new]
 
 
 @member_required()
