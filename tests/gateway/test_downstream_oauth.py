@@ -68,8 +68,11 @@ def test_a_call_through_the_gateway_refreshes_a_due_token_first_and_a_refused_re
         assert server.status == ServerStatus.NEEDS_AUTH and "authorize Airlock again" in server.last_error
         assert first not in refused and server.oauth_secrets["access_token"] not in refused
 
-        rows = wait_until(lambda: list(ToolCall.objects.filter(org_id=org.id).order_by("created_at"))
-                          if ToolCall.objects.filter(org_id=org.id).count() == 3 else None)
+        def settled():  # the gateway's ledger writer records a call's `dispatched` and its outcome in turn
+            rows = list(ToolCall.objects.filter(org_id=org.id).order_by("created_at"))
+            return rows if len(rows) == 3 and all(r.state != "dispatched" for r in rows) else None
+
+        rows = wait_until(settled)
         assert [r.state for r in rows] == ["succeeded", "succeeded", "failed"]
         pool.close_all()
         wait_for_ledgers(gateway_url)
