@@ -211,6 +211,18 @@ class SlowDesk:
             actor=self.actor, name=name, process="sequential", inputs=TAG_INPUT,
             tasks=[{"name": "refund", "agent_id": clerk.id, "description": "Refunds for {tag}.", "context": []}])
 
+    def held_crew(self, name: str):
+        """One agent: one slow refund (request id `<tag>-1`) that waits for a person, then an answer."""
+        clerk = agent_services.create_agent(
+            actor=self.actor, name=f"{name} clerk", connection_id=self.connection.id,
+            script=[{"call": [{"tool": SLOW, "args": {"order_id": "A-1003", "amount_cents": 1,
+                                                      "request_id": "{{input.tag}}-1"}}]},
+                    {"say": "Refunded.\nSTATUS: done\nREASON: ok"}],
+            grants=[{"tool": SLOW, "policy": "approve"}], max_steps=4)
+        return crew_services.create_crew(
+            actor=self.actor, name=name, process="sequential", inputs=TAG_INPUT,
+            tasks=[{"name": "refund", "agent_id": clerk.id, "description": "Refund for {tag}.", "context": []}])
+
     def start(self, crew, tag: str) -> Run:
         return services.start_run(actor=self.actor, crew_id=crew.id, inputs={"tag": tag})
 

@@ -6,32 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from apps.agents import services as agent_services
 from apps.approvals.models import ApprovalRequest
-from apps.crews import services as crew_services
 from apps.runs import decisions
 from apps.runs.models import CallState, Run, ToolCall
-from tests.reliability.conftest import SLOW, TAG_INPUT, check_invariants, wait_status
+from tests.reliability.conftest import SLOW, check_invariants, wait_status
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def held_refund_crew(desk):
-    """One agent: one slow refund that waits for a person, then an answer."""
-    clerk = agent_services.create_agent(
-        actor=desk.actor, name="Held clerk", connection_id=desk.connection.id,
-        script=[{"call": [{"tool": SLOW, "args": {"order_id": "A-1003", "amount_cents": 1,
-                                                  "request_id": "{{input.tag}}-1"}}]},
-                {"say": "Refunded.\nSTATUS: done\nREASON: ok"}],
-        grants=[{"tool": SLOW, "policy": "approve"}], max_steps=4)
-    return crew_services.create_crew(
-        actor=desk.actor, name="Held refunds", process="sequential", inputs=TAG_INPUT,
-        tasks=[{"name": "refund", "agent_id": clerk.id, "description": "Refund for {tag}.", "context": []}])
-
-
 @pytest.mark.parametrize("slow_seconds", [0.3])
 def test_every_decided_call_goes_out_before_the_runs_they_let_go_on_take_a_step(cluster, slow_desk):
-    crew, tags = held_refund_crew(slow_desk), [f"storm{n}" for n in range(5)]
+    crew, tags = slow_desk.held_crew("Held refunds"), [f"storm{n}" for n in range(5)]
     cluster.worker(concurrency=1)  # one child: what it takes first is what waits least
     runs = [slow_desk.start(crew, tag) for tag in tags]
     for run in runs:

@@ -144,16 +144,7 @@ def test_a_worker_killed_right_after_a_decision_is_taken_over_within_seconds(clu
     cluster.worker(concurrency=1, FAULTS_KILL_ONCE_FILE=str(kill_file))
     cluster.worker(concurrency=1, FAULTS_KILL_ONCE_FILE=str(kill_file))
     cluster.beat()
-    clerk = agent_services.create_agent(
-        actor=slow_desk.actor, name="Careful clerk", connection_id=slow_desk.connection.id,
-        script=[{"call": [{"tool": SLOW, "args": {"order_id": "A-1003", "amount_cents": 1,
-                                                  "request_id": "{{input.tag}}-1"}}]},
-                {"say": "Refunded.\nSTATUS: done\nREASON: ok"}],
-        grants=[{"tool": SLOW, "policy": "approve"}], max_steps=4)
-    crew = crew_services.create_crew(
-        actor=slow_desk.actor, name="Lost after a decision", process="sequential", inputs=TAG_INPUT,
-        tasks=[{"name": "refund", "agent_id": clerk.id, "description": "Refund for {tag}.", "context": []}])
-    run = slow_desk.start(crew, "decided")
+    run = slow_desk.start(slow_desk.held_crew("Lost after a decision"), "decided")
     run = wait_status(run.id, {"waiting"})
     request = ToolCall.objects.get(run=run, state=CallState.HELD).approval
     kill_file.write_text(f"{run.id} 1\n")  # the resuming worker dies right after its claim
