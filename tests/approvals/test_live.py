@@ -47,6 +47,13 @@ def communicator(path: str, user=None) -> WebsocketCommunicator:
     return comm
 
 
+async def opened(path: str, user) -> tuple[WebsocketCommunicator, str]:
+    """A page's socket, connected, and the first frame it sent (the page as it stands)."""
+    comm = communicator(path, user)
+    assert (await comm.connect())[0]
+    return comm, await comm.receive_from(timeout=10)
+
+
 async def frames_until(comm, done, timeout=60.0) -> list[str]:
     out: list[str] = []
     loop = asyncio.get_running_loop()
@@ -238,9 +245,7 @@ def test_the_run_list_shows_a_status_change_the_layer_did_not_tell_it(layer, des
     badge = f'id="run-status-{run.id}"'
 
     async def scenario():
-        comm = communicator(f"/ws/runs/{org.id}/?runs={run.id}", builder.user)
-        assert (await comm.connect())[0]
-        first = await comm.receive_from(timeout=10)
+        comm, first = await opened(f"/ws/runs/{org.id}/?runs={run.id}", builder.user)
         await the_layer_forgets(org_group(org.id))
         await asyncio.to_thread(worker.drive_run, run_id=run.id)  # queued -> running -> waiting for a person
         frames = await frames_until(comm, lambda f: any('data-status="waiting"' in x for x in f), timeout=15)
@@ -269,9 +274,7 @@ def test_an_inbox_the_layer_stops_telling_still_shows_each_decision_and_each_new
         return ApprovalRequest.objects.get(run_id=run.id)
 
     async def scenario():
-        comm = communicator(f"/ws/inbox/{org.id}/", approver.user)
-        assert (await comm.connect())[0]
-        first = await comm.receive_from(timeout=10)
+        comm, first = await opened(f"/ws/inbox/{org.id}/", approver.user)
         await the_layer_forgets(org_group(org.id))
         await asyncio.to_thread(lambda: decisions.decide_approval(actor=member_actor(admin), approval_id=request.id,
                                                                  decision="reject", comment="not this one"))
@@ -300,9 +303,7 @@ def test_an_inbox_the_layer_stops_telling_shows_a_vote_on_an_item_that_still_wai
     card = f'id="approval-{request.id}"'
 
     async def scenario():
-        comm = communicator(f"/ws/inbox/{org.id}/", approver.user)
-        assert (await comm.connect())[0]
-        first = await comm.receive_from(timeout=10)
+        comm, first = await opened(f"/ws/inbox/{org.id}/", approver.user)
         await the_layer_forgets(org_group(org.id))
         await asyncio.to_thread(lambda: decisions.decide_approval(actor=member_actor(admin), approval_id=request.id,
                                                                  decision="approve"))
@@ -375,9 +376,7 @@ def test_a_decision_by_someone_else_replaces_the_item_in_every_open_inbox(layer,
     card = f'id="approval-{request.id}"'
 
     async def scenario():
-        comm = communicator(f"/ws/inbox/{org.id}/", approver.user)
-        assert (await comm.connect())[0]
-        first = await comm.receive_from(timeout=10)  # the pending items as they stand
+        comm, first = await opened(f"/ws/inbox/{org.id}/", approver.user)  # the pending items as they stand
         await asyncio.sleep(0.3)
         await asyncio.to_thread(lambda: decisions.decide_approval(actor=member_actor(admin), approval_id=request.id,
                                                                  decision="reject", comment="not this one"))
@@ -399,9 +398,7 @@ def test_the_run_list_hears_status_changes_of_the_runs_it_shows(layer, desk, org
     badge = f'id="run-status-{run.id}"'
 
     async def scenario():
-        comm = communicator(f"/ws/runs/{org.id}/?runs={run.id},not-a-uuid", builder.user)
-        assert (await comm.connect())[0]
-        first = await comm.receive_from(timeout=10)
+        comm, first = await opened(f"/ws/runs/{org.id}/?runs={run.id},not-a-uuid", builder.user)
         await asyncio.sleep(0.3)
         await asyncio.to_thread(lambda: (worker.drive_run(run_id=other.id), worker.drive_run(run_id=run.id)))
         frames = await frames_until(comm, lambda f: any('data-status="waiting"' in x for x in f), timeout=30)
