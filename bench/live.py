@@ -91,11 +91,9 @@ def uvicorn_app(app: str, name: str):
 
 
 def worker_argv(name: str, *, concurrency: int) -> list[str]:
-    """A Celery worker on every queue, as `runall` starts one (config.celery.WORKER_QUEUES)."""
-    from config.celery import WORKER_QUEUES
-
-    return [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", WORKER_QUEUES, "--concurrency",
-            str(concurrency), "--without-mingle", "--without-gossip", "-l", "info", "-n", f"{name}@%h"]
+    """A Celery worker on every queue (config.celery.WORKER_QUEUES), as `runall` starts one (config/worker.py)."""
+    return [sys.executable, "-m", "config.worker", "--concurrency", str(concurrency), "--without-mingle",
+            "--without-gossip", "-l", "info", "-n", f"{name}@%h"]
 
 
 def celery_worker():

@@ -16,8 +16,6 @@ from urllib.parse import quote
 from django.conf import settings
 from django.db import connection
 
-from config.celery import WORKER_QUEUES
-
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -103,9 +101,8 @@ def celery_worker(log_dir: Path, *, concurrency: int = 2, **env: str):
     log = log_dir / f"worker-{time.monotonic_ns()}.log"
     with log.open("w") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", WORKER_QUEUES, "-l", "info",
-             "--concurrency", str(concurrency), "--without-mingle", "--without-gossip", "-n",
-             f"test-{time.monotonic_ns()}@%h"],
+            [sys.executable, "-m", "config.worker", "-l", "info", "--concurrency", str(concurrency),
+             "--without-mingle", "--without-gossip", "-n", f"test-{time.monotonic_ns()}@%h"],
             cwd=ROOT, env=child_env(**env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
     try:

@@ -81,6 +81,8 @@ def _command_exists(command: list[str]) -> None:
         assert args[0] == "-A"
         assert hasattr(importlib.import_module(args[1]), "celery_app")
         assert args[2] in {"worker", "beat", "inspect"}
+    elif program == "python" and args[:2] == ["-m", "config.worker"]:
+        assert callable(importlib.import_module("config.worker").main)
     elif program == "python" and args[0] == "manage.py":
         assert args[1] in get_commands(), f"no management command {args[1]}"
     elif program == "python" and args[0] == "-c":
@@ -140,13 +142,18 @@ def test_every_queue_a_task_goes_to_has_a_worker_in_compose_and_runall():
     """A task routed to a queue no worker consumes waits forever: a resume after a person's decision would."""
     from apps.core.management.commands import runall
     from config.celery import WORKER_QUEUES, app
+    from config.worker import worker_args
 
     routed = {route["queue"] for route in app.conf.task_routes.values()} | {app.conf.task_default_queue}
     assert {"resume", "runs", "default"} <= routed
     assert routed <= set(WORKER_QUEUES.split(","))
     laptop = runall.processes(host="127.0.0.1", port=8000, gateway_port=8001, concurrency=2)["worker"]
     for worker in (_compose()["services"]["worker"]["command"], laptop):  # scripts/run's one worker too
-        assert set(worker[worker.index("-Q") + 1].split(",")) == set(WORKER_QUEUES.split(","))
+        assert worker[1:3] == ["-m", "config.worker"], worker  # Airlock's worker entry point
+        args = worker_args(worker[3:])  # with the queues it consumes when none are named
+        assert set(args[args.index("-Q") + 1].split(",")) == set(WORKER_QUEUES.split(","))
+    assert worker_args(["-Q", "resume", "-l", "info"]) == ["-Q", "resume", "-l", "info"]  # named queues are kept
+    assert worker_args(["--queues=runs"]) == ["--queues=runs"]
 
 
 SETTING_READ = re.compile(r"(?:os\.environ\.get|os\.environ\.setdefault|os\.getenv|env_bool|env_list)"
@@ -188,7 +195,7 @@ def test_the_image_collects_static_files_with_production_settings():
 
 # One page per section of the app, as a signed-in owner sees them.
 PAGES = ["/", "/servers/", "/agents/", "/crews/", "/runs/", "/inbox/", "/costs/", "/audit/", "/settings/members/",
-         "/settings/system/"]
+         "/settings/system/", "/api/v1/docs"]  # the docs page: Swagger UI from our collected files
 PRODUCTION_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
 ASSET = re.compile(r"""(?:href|src)="(/static/[^"]+)\"""")
 CSS_URL = re.compile(r"""url\(["']?([^"')]+)["']?\)""")
@@ -278,4 +285,5 @@ def test_the_production_build_serves_every_section_with_its_collected_assets(tmp
     # Hashed names prove the pages link the collected manifest, not the source folder.
     assert any(re.search(r"tabler\.min\.[0-9a-f]{12}\.css$", p) for p in fetched), sorted(fetched)
     assert any(p.endswith(".woff2") for p in fetched), sorted(fetched)
+    assert any(re.search(r"ninja/swagger-ui-bundle\.[0-9a-f]{12}\.js$", p) for p in fetched), sorted(fetched)
     assert {p: s for p, s in fetched.items() if s != 200} == {}

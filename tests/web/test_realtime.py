@@ -160,7 +160,7 @@ def test_a_worker_check_nobody_answers_stops_waiting_and_says_what_to_start(clie
     page = response.content.decode()
     assert response.status_code == 200
     assert 'data-state="silent"' in page
-    assert "celery -A config worker" in page
+    assert "python -m config.worker" in page  # which consumes every queue (config/worker.py)
     assert "hx-get" not in page  # it stops asking
 
 

@@ -20,8 +20,6 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from config.celery import WORKER_QUEUES
-
 PR_SET_PDEATHSIG = 1
 GRACE_SECONDS = 10
 
@@ -39,8 +37,7 @@ def processes(*, host: str, port: int, gateway_port: int, concurrency: int) -> d
     return {
         "web": [python, "-m", "uvicorn", "config.asgi:application", "--host", host, "--port", str(port),
                 "--no-access-log"],
-        "worker": [python, "-m", "celery", "-A", "config", "worker", "-Q", WORKER_QUEUES, "-l", "info",
-                   "--concurrency", str(concurrency)],
+        "worker": [python, "-m", "config.worker", "-l", "info", "--concurrency", str(concurrency)],
         "beat": [python, "-m", "celery", "-A", "config", "beat", "-l", "info",
                  "-s", settings.CELERY_BEAT_SCHEDULE_FILENAME],
         "gateway": [python, "-m", "uvicorn", "config.gateway:app", "--host", host, "--port", str(gateway_port),
