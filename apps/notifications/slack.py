@@ -12,11 +12,16 @@ verified (users.info), matched to a member who may decide approvals. Runs sit ab
 An agent's question (`human.ask`) is posted the same way with one "Answer" button: it opens a form
 (a modal) whose submission answers the question as the member, through runs' `questions.answer`,
 which checks that the member is in the question's group.
+
+slack_sdk is imported where Slack is called, not with this module: every worker child imports the notification
+tasks, and slack_sdk (~2 MB of a child's memory) stays out of every process that never talks to Slack. Slack's
+errors come out as `SlackError`, which the tasks retry on without importing slack_sdk.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
@@ -24,9 +29,6 @@ from uuid import UUID
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from slack_sdk import WebClient
-from slack_sdk.errors import SlackApiError
-from slack_sdk.signature import SignatureVerifier
 
 from apps.accounts.actors import Actor
 from apps.accounts.models import Membership
@@ -107,12 +109,45 @@ def connection_of(org_id: UUID | str) -> SlackConnection | None:
     return SlackConnection.objects.filter(org_id=org_id, enabled=True).first()
 
 
-def client(connection: SlackConnection) -> WebClient:
+class SlackError(Exception):
+    """Slack answered a Web API call with an error (slack_sdk's SlackApiError); `error` is Slack's code."""
+
+    def __init__(self, error: str) -> None:
+        # Slack's error codes are short words ("ratelimited"); anything else a server sent back is not repeated
+        # into the task log.
+        self.error = re.sub(r"[^A-Za-z0-9_.-]", "", error)[:60] or "error"
+        super().__init__(f"Slack answered: {self.error}")
+
+
+class Client:
+    """The Web API of one connection: `client.chat_postMessage(...)` is slack_sdk's WebClient method of that name,
+    whose error answers are raised as SlackError."""
+
+    def __init__(self, token: str, base_url: str) -> None:
+        from slack_sdk import WebClient
+
+        self._web = WebClient(token=token, base_url=base_url, timeout=10)
+
+    def __getattr__(self, method: str) -> Any:
+        call = getattr(self._web, method)
+
+        def answered(**arguments: Any) -> Any:
+            from slack_sdk.errors import SlackApiError
+
+            try:
+                return call(**arguments)
+            except SlackApiError as exc:
+                raise SlackError(str(exc.response.get("error") or "error")) from None
+
+        return answered
+
+
+def client(connection: SlackConnection) -> Client:
     """A Web API client for the connection; the API's host is checked by the egress guard first."""
 
     base_url = settings.AIRLOCK_SLACK_API_URL
     check_url(base_url)
-    return WebClient(token=connection.credentials["bot_token"], base_url=base_url, timeout=10)
+    return Client(connection.credentials["bot_token"], base_url)
 
 
 # --- posting and updating -------------------------------------------------------------------------
@@ -233,7 +268,7 @@ def nudge_thread(*, request: Any, emails: list[str], reason: str) -> bool:
     for email in emails:
         try:
             names.append(f"<@{api.users_lookupByEmail(email=email)['user']['id']}>")
-        except SlackApiError:
+        except SlackError:
             names.append(email)
     lead = {"reminder": "Reminder: this still waits and expires soon", "escalation": "Escalated"}[reason]
     api.chat_postMessage(channel=post.channel, thread_ts=post.ts, reply_broadcast=reason == "escalation",
@@ -256,6 +291,8 @@ class Interaction:
 
 def verify(connection: SlackConnection, *, body: bytes, headers: dict[str, str]) -> bool:
     """Slack's v0 signature over the raw body, on a timestamp at most five minutes old."""
+    from slack_sdk.signature import SignatureVerifier
+
     verifier = SignatureVerifier(signing_secret=connection.credentials["signing_secret"])
     try:
         return verifier.is_valid_request(body, headers)
@@ -269,8 +306,8 @@ def member_for(connection: SlackConnection, slack_user_id: str, *, deciding: boo
 
     try:
         user = client(connection).users_info(user=slack_user_id)["user"]
-    except SlackApiError as exc:
-        raise PermissionDenied(f"Slack did not say who you are ({exc.response.get('error')}).") from None
+    except SlackError as exc:
+        raise PermissionDenied(f"Slack did not say who you are ({exc.error}).") from None
     email = (user.get("profile") or {}).get("email", "")
     if not email or not user.get("is_email_confirmed"):
         raise PermissionDenied("Your Slack account has no verified email, so Airlock cannot tell who you are.")

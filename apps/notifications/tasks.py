@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from celery import shared_task
-from slack_sdk.errors import SlackApiError
 
 from apps.notifications import routing, services, slack
 
@@ -24,7 +23,7 @@ def send_notification_email(notification_id: str) -> bool:
 
 
 # Slack unreachable or rate limiting: retried with backoff (posting is once per request, by its row).
-SLACK_RETRY = {"autoretry_for": (OSError, SlackApiError), "retry_backoff": 30, "max_retries": 5}
+SLACK_RETRY = {"autoretry_for": (OSError, slack.SlackError), "retry_backoff": 30, "max_retries": 5}
 
 
 @shared_task(**SLACK_RETRY)

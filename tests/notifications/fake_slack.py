@@ -18,6 +18,7 @@ class FakeSlack:
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict]] = []
         self.users: dict[str, dict] = {}  # Slack user id -> users.info's "user"
+        self.errors: dict[str, list[str]] = {}  # method -> the error codes its next calls answer, in turn
         self._ts = 0
         fake = self
 
@@ -52,6 +53,8 @@ class FakeSlack:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def answer(self, method: str, args: dict) -> dict:
+        if self.errors.get(method):
+            return {"ok": False, "error": self.errors[method].pop(0)}
         if method == "chat.postMessage":
             self._ts += 1
             return {"ok": True, "channel": args["channel"], "ts": f"1700000000.{self._ts:06d}"}

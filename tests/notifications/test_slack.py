@@ -228,3 +228,26 @@ def test_an_escalation_mentions_the_second_group_in_the_messages_thread(desk, or
     reply = fake.called("chat.postMessage")[-1]
     assert reply["thread_ts"] == SlackPost.objects.get().ts and reply["reply_broadcast"] is True
     assert "<@U-BOSS>" in reply["text"] and outsider_email in reply["text"]  # Slack did not know the second
+
+
+def test_slack_answering_an_error_is_retried_and_the_request_is_posted_and_closed_once(desk, org, fake,
+                                                                                       connection):
+    fake.errors["chat.postMessage"] = ["ratelimited"]
+    fake.errors["chat.update"] = ["internal_error", "ratelimited"]
+    _, request = held(desk, desk.refund_desk())  # posted on the second try
+    assert len(fake.called("chat.postMessage")) == 2 and SlackPost.objects.filter(approval_id=request.id).count() == 1
+    decisions.decide(actor=member_actor(add_member(org, "approver")), approval_id=request.id, decision="approve")
+    assert tasks.update_slack.apply(args=[str(org.id), str(request.id)]).get() is True  # on the third
+    assert len(fake.called("chat.update")) == 3
+    assert SlackPost.objects.get(approval_id=request.id).closed_at is not None
+
+
+def test_slack_refusing_every_try_fails_the_task_with_slacks_code_and_posts_nothing(desk, fake, connection):
+    fake.errors["chat.postMessage"] = ["invalid_auth"] * 6
+    run = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=desk.refund_desk().id, inputs=A1001,
+                                                       enqueue=False).id)
+    request = ApprovalRequest.objects.get(run_id=run.id)
+    with pytest.raises(slack.SlackError) as refused:
+        tasks.post_to_slack.apply(args=[str(request.org_id), str(request.id)]).get()
+    assert refused.value.error == "invalid_auth" and len(fake.called("chat.postMessage")) == 6  # 1 + 5 retries
+    assert not SlackPost.objects.filter(approval_id=request.id).exists()
