@@ -7,6 +7,7 @@ With them set it is the production stack (Postgres, Redis). Same code paths eith
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +16,11 @@ import dj_database_url
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("AIRLOCK_VAR_DIR", BASE_DIR / "var")).resolve()
+# django-ninja's folder, found without importing it. Its Swagger UI page and files are served from there
+# (templates and static files below, apps/api/api.py) rather than by listing "ninja" as an app: an app is imported
+# by every process, and ninja's import brings its settings and django.test (~2 MB) into each worker and gateway
+# process, which never serve the page.
+NINJA_DIR = Path(importlib.util.find_spec("ninja").origin).parent
 
 
 def env_bool(name: str, default: bool = False) -> bool:
@@ -125,7 +131,6 @@ INSTALLED_APPS = [
     "django.contrib.humanize",
     "channels",
     "django_htmx",
-    "ninja",  # serves the API docs' Swagger UI from our static files (no CDN, no inline script)
     "template_partials",
     "axes",  # sign-in throttling (see Auth below)
     # Single sign-on through each organisation's OpenID Connect provider (see Auth below).
@@ -178,7 +183,7 @@ WSGI_APPLICATION = "config.wsgi.application"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [BASE_DIR / "templates", NINJA_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -402,7 +407,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "/static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [BASE_DIR / "static", NINJA_DIR / "static"]
 STATIC_ROOT = VAR_DIR / "staticfiles"
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

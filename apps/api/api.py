@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
+from django.shortcuts import render
 from ninja import NinjaAPI
+from ninja.openapi.docs import Swagger
 
 from apps.api import errors
 from apps.api.auth import API_AUTH
@@ -29,6 +33,17 @@ from apps.api.routers import (
 )
 
 
+class LocalSwagger(Swagger):
+    """The docs page from ninja's own template and files, served by us (config/settings.py, NINJA_DIR): no CDN and no
+    inline script. ninja chooses these only when it is an installed app, which Airlock leaves it out of."""
+
+    def render_page(self, request, api, **kwargs):
+        self.settings["url"] = self.get_openapi_url(api, kwargs)
+        return render(request, self.template, {
+            "swagger_settings": json.dumps(self.settings, indent=1), "api": api,
+            "add_csrf": any(getattr(auth, "csrf", False) for auth in api.auth or ())})
+
+
 class AirlockAPI(NinjaAPI):
     def get_openapi_schema(self, *, path_prefix=None, path_params=None):
         return document_errors(super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params))
@@ -41,6 +56,7 @@ api = AirlockAPI(
     auth=API_AUTH,
     urls_namespace="api",
     parser=StrictParser(),
+    docs=LocalSwagger(),
 )
 errors.install(api)
 api.add_router("/", me.router)
