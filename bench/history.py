@@ -3,7 +3,8 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/airlock .venv/bin/python -m bench.history \
         [--runs 100000] [--events 1000000] [--calls 1000000] [--samples 40] [--out var/bench/history.json] [--reuse]
 
-Creates (or with --reuse, keeps) a database `airlock_bench` on DATABASE_URL's server, migrates it,
+Creates a database of its own on DATABASE_URL's server and drops it at the end (with --reuse: the kept database
+`airlock_bench_history`, made and marked by these benchmarks, reused with its load), migrates it,
 loads one organisation's history with COPY (runs over the last 90 days, 10 model calls and 10
 events per run, two ledger rows per run with 5 % held and 1 % with findings), fills the daily
 spend rollup from the usage rows (`apps.costs.rollup.rebuild`, the migration's backfill),
@@ -26,36 +27,35 @@ import sys
 import time
 import uuid
 from collections import namedtuple
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 from bench.stats import quantile
 
 ROOT = Path(__file__).resolve().parent.parent
-DB_NAME = "airlock_bench"
+KEPT_NAME = "airlock_bench_history"  # --reuse: kept between runs, marked as the benchmarks' own
 TARGET_MS = 150.0
 CREWS = 12
 Planned = namedtuple("Planned", "id crew_id crew_name agent_id at status n")
 
 
-def _prepare_database(reuse: bool) -> str:
-    import psycopg
+@contextmanager
+def _database(reuse: bool, name: str = KEPT_NAME) -> Iterator[str]:
+    """A database of its own, dropped after (bench/scratch.py); with `reuse`, the kept database `name`, made and
+    marked by these benchmarks (a load of a million runs takes a while), never one anyone else made."""
+    from bench import scratch
 
     url = os.environ.get("DATABASE_URL", "")
     if not url.startswith("postgres"):
         sys.exit("bench.history needs DATABASE_URL pointing at Postgres (the queries it measures are Postgres's).")
-    parsed = urlparse(url)
-    admin = urlunparse(parsed._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DB_NAME]).fetchone()
-        if exists and not reuse:
-            conn.execute(f"DROP DATABASE {DB_NAME} WITH (FORCE)")
-        if not exists or not reuse:
-            conn.execute(f"CREATE DATABASE {DB_NAME}")
-    return urlunparse(parsed._replace(path=f"/{DB_NAME}"))
+    if reuse:
+        yield scratch.kept_database(url, name)
+    else:
+        with scratch.database(url, "airlock_bench_history") as fresh:
+            yield fresh
 
 
 def _setup_django(url: str) -> None:
@@ -298,11 +298,17 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--calls", type=int, default=1_000_000)
     parser.add_argument("--samples", type=int, default=40)
     parser.add_argument("--out", default=str(ROOT / "var" / "bench" / "history.json"))
-    parser.add_argument("--reuse", action="store_true", help="keep an existing airlock_bench database and its data")
+    parser.add_argument("--reuse", action="store_true",
+                        help=f"load into (or reuse the load of) the kept database {KEPT_NAME}, and keep it")
     parser.add_argument("--no-plans", action="store_true")
     args = parser.parse_args(argv)
 
-    _setup_django(_prepare_database(args.reuse))
+    with _database(args.reuse) as url:
+        _setup_django(url)
+        return _measure(args)
+
+
+def _measure(args) -> dict:
     started = time.perf_counter()
     loaded = load(runs=args.runs, events=args.events, calls=args.calls)
     load_s = time.perf_counter() - started

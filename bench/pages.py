@@ -3,7 +3,8 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/airlock .venv/bin/python -m bench.pages \
         [--runs 10000] [--pending 200] [--samples 30] [--out var/bench/pages.json] [--reuse]
 
-Loads a database `airlock_bench_pages` with bench/history.py's loader (10 model calls and 10 events per
+Loads a database of its own (dropped at the end; with --reuse the kept `airlock_bench_pages`, made and marked by
+these benchmarks) with bench/history.py's loader (10 model calls and 10 events per
 run, two ledger rows per run, 5 % held), leaves the `--pending` newest held calls waiting in the inbox, then
 times whole page loads in process with Django's test client signed in as the owner: URL routing,
 middleware, views, selectors, templates, everything but the socket. Prints p50/p95 and the number of
@@ -22,7 +23,7 @@ from bench import history
 from bench.stats import quantile
 
 ROOT = history.ROOT
-DB_NAME = "airlock_bench_pages"
+KEPT_NAME = "airlock_bench_pages"  # --reuse: kept between runs, marked as the benchmarks' own
 TARGET_MS = 300.0
 
 
@@ -81,11 +82,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--pending", type=int, default=200)
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--out", default=str(ROOT / "var" / "bench" / "pages.json"))
-    parser.add_argument("--reuse", action="store_true", help="keep an existing database and its data")
+    parser.add_argument("--reuse", action="store_true",
+                        help=f"load into (or reuse the load of) the kept database {KEPT_NAME}, and keep it")
     args = parser.parse_args(argv)
 
-    history.DB_NAME = DB_NAME
-    history._setup_django(history._prepare_database(args.reuse))
+    with history._database(args.reuse, KEPT_NAME) as url:
+        history._setup_django(url)
+        return _measure(args)
+
+
+def _measure(args) -> dict:
     started = time.perf_counter()
     loaded = history.load(runs=args.runs, events=args.runs * 10, calls=args.runs * 10)
     print(f"loaded {loaded} in {time.perf_counter() - started:.0f} s")

@@ -2,6 +2,10 @@
 
 - `database(admin_url, stem)`: a database named `<stem>_<pid>_<time>`, created (CREATE fails rather than reuse
   a name someone else holds) and dropped when the block ends.
+- `kept_database(admin_url, name)`: a database a benchmark keeps between runs on purpose (a large load takes
+  minutes: bench/history.py and bench/pages.py with `--reuse`). It is created with a comment that marks it as the
+  benchmark's, and reused only while that mark is there: a database of that name without it is someone else's,
+  and the benchmark stops rather than touch it.
 - `redis_db(url)`: a Redis database number, from 12 down to 1, that is empty when looked at (13 and 14 are left
   alone: older copies of these benchmarks flush them without looking); it is marked as
   this benchmark's with one key set only if absent, and kept only if that key is then the only one in it. At the
@@ -39,6 +43,28 @@ def database(admin_url: str, stem: str) -> Iterator[str]:
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+KEPT = "kept by Airlock's benchmarks (bench/scratch.py); they reuse and may replace it"
+
+
+def kept_database(admin_url: str, name: str) -> str:
+    """The URL of database `name` on `admin_url`'s server, made and marked here if absent, reused if marked.
+    Raises SystemExit, naming it, when a database of that name exists without the mark."""
+    import psycopg
+    from psycopg import sql
+
+    admin = with_path(admin_url, "/postgres")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        found = conn.execute("SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
+                             [name]).fetchone()
+        if found is None:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            conn.execute(sql.SQL("COMMENT ON DATABASE {} IS {}").format(sql.Identifier(name), sql.Literal(KEPT)))
+        elif found[0] != KEPT:
+            raise SystemExit(f"A database named {name} exists and was not made by these benchmarks: it is left alone. "
+                             f"Run without --reuse (a database of its own, dropped after), or drop it yourself.")
+    return with_path(admin_url, f"/{name}")
 
 
 @contextmanager
