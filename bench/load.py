@@ -581,6 +581,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--workers", type=int, default=2, help="Celery worker processes (default 2)")
     parser.add_argument("--concurrency", type=int, default=4, help="children per worker (default 4, as compose)")
     parser.add_argument("--warm", type=int, default=-1, help="unmeasured runs first (default 2 per worker child)")
+    parser.add_argument("--out", default="", help="the JSON file (default bench/results/load-<time>.json)")
     args = parser.parse_args(argv)
     url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/airlock"
     if not url.startswith("postgres"):
@@ -633,14 +634,14 @@ def measure(args) -> dict:
     report["machine"]["load_after"] = os.getloadavg()
     report["seconds"] = round(time.monotonic() - begun, 1)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"load-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    out = Path(args.out) if args.out else RESULTS / f"load-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     report["table"] = table(report, s)
     out.write_text(json.dumps(report, indent=2, default=str))
     print()
     print(report["table"])
     load = report["machine"]
     print(f"\nrun in {report['seconds']} s on {os.cpu_count()} CPUs (load average {load['load_before'][0]:.1f} "
-          f"before, {load['load_after'][0]:.1f} after); results: {out.relative_to(ROOT)}")
+          f"before, {load['load_after'][0]:.1f} after); results: {out}")
     from apps.registry.pool import pool
 
     pool.close_all()

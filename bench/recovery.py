@@ -14,8 +14,9 @@ in each of three places:
 The time to takeover is from the kill to the run's `run.recovered` event (another worker claimed it). Each run
 is then settled as a person would (an `unknown` refund is checked against the desk and resolved) and must end
 `succeeded` with every refund executed exactly once. Prints median and max per place and overall; results in
-bench/results/recovery-<timestamp>.json. Database `airlock_bench_recovery` on DATABASE_URL's server (dropped
-and recreated), Redis database 12 of REDIS_URL's server (flushed). Not part of the test suite.
+bench/results/recovery-<timestamp>.json. A database of its own on DATABASE_URL's server and an empty Redis
+database of REDIS_URL's server, made for the run and removed after it (bench/scratch.py). Not part of the test
+suite.
 docs/operations.md ("When a worker dies").
 """
 
@@ -32,14 +33,13 @@ from collections import Counter
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench import scratch  # noqa: E402
 from bench.run import RESULTS  # noqa: E402
 
-DB = "airlock_bench_recovery"
 WORK = ROOT / "var" / "bench" / "recovery"
 DESK_DATA = WORK / "orders.json"
 KILL_FILE = WORK / "kill-once"
@@ -49,21 +49,12 @@ SLOW = "orders.slow_refund"
 
 # --- environment -----------------------------------------------------------------------------------------
 
-def configure() -> None:
-    """A fresh database and Redis db; production settings for this process and the ones it starts."""
-    import psycopg
+def configure(db_url: str, redis_url: str) -> None:
+    """Production settings for this process and the ones it starts, on the run's own database and Redis db."""
     from cryptography.fernet import Fernet
 
-    url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/airlock"
-    if not url.startswith("postgres"):
-        sys.exit("bench/recovery.py needs Postgres (DATABASE_URL=postgres://...).")
-    parsed = urlparse(url)
-    with psycopg.connect(urlunparse(parsed._replace(path="/postgres")), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{DB}"')
-    redis_url = urlunparse(urlparse(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0")._replace(path="/12"))
     os.environ.update({
-        "DATABASE_URL": urlunparse(parsed._replace(path=f"/{DB}")), "REDIS_URL": redis_url,
+        "DATABASE_URL": db_url, "REDIS_URL": redis_url,
         "DJANGO_SETTINGS_MODULE": "config.settings", "DEBUG": "0", "SECRET_KEY": "bench-recovery-" + "x" * 40,
         "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0",
         "AIRLOCK_CHANNEL_PREFIX": "airlock-recovery", "AIRLOCK_EGRESS_ALLOW_PRIVATE": "1",
@@ -75,11 +66,9 @@ def configure() -> None:
     import django
 
     django.setup()
-    import redis
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    redis.Redis.from_url(redis_url).flushdb()
     WORK.mkdir(parents=True, exist_ok=True)
     for path in (DESK_DATA, DESK_DATA.with_suffix(".lock"), KILL_FILE, KILL_FILE.with_name("kill-once.kills")):
         path.unlink(missing_ok=True)
@@ -240,7 +229,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kills", type=int, default=5, help="kills in each place (default 5)")
     args = parser.parse_args(argv)
-    configure()
+    url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/airlock"
+    if not url.startswith("postgres"):
+        sys.exit("bench/recovery.py needs Postgres (DATABASE_URL=postgres://...).")
+    with scratch.database(url, "airlock_bench_recovery") as db_url, \
+            scratch.redis_db(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0") as redis_url:
+        configure(db_url, redis_url)
+        return measure(args)
+
+
+def measure(args) -> dict:
     s = setup()
     from django.conf import settings
 

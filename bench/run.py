@@ -9,7 +9,9 @@ SQLite with no Redis: per step and approval), approval (decision -> approved cal
 websocket frame, burst, publish cost), gateway (bench/gateway.py: against mcp-proxy and ContextForge,
 installed under var/bench/peers/), history (bench/history.py), pages (bench/pages.py: page loads at 10,000
 runs), memory (worker RSS), tokens (bench/tokens.py: input tokens per crew run against CrewAI, in its own
-var/bench/crewai).
+var/bench/crewai), load (bench/load.py: 200 runs at once with 100 pages watching, a 500-approval storm, on a
+compose-like stack), scale (bench/scale.py: throughput with 1 and 2 worker and web processes, 10,000 runs parked
+waiting for a person).
 `--quick` is a smoke mode (small sizes, few passes).
 
 It builds its own environment for the comparisons (var/bench/venv with bench/requirements.txt: LangGraph +
@@ -45,7 +47,7 @@ VENV = ROOT / "var" / "bench" / "venv"
 REQUIREMENTS = ROOT / "bench" / "requirements.txt"
 RESULTS = ROOT / "bench" / "results"
 METRICS = ("steps", "bytes", "write", "fixed", "whole", "written", "floor", "approval", "embedded", "events",
-           "gateway", "history", "pages", "memory", "tokens")
+           "gateway", "history", "pages", "memory", "tokens", "load", "scale")
 RUN_SIZES = [5, 20, 100]  # the fixed, whole and written sections
 
 sys.path.insert(0, str(ROOT))
@@ -645,6 +647,40 @@ def run_tokens(args, report, table) -> None:
     tokens.add_rows(table, data)
 
 
+def _script(name: str, argv: list[str], admin_url: str) -> dict:
+    """Runs bench/<name>.py (its own stack, database and Redis database) and returns the JSON it wrote."""
+    out = ROOT / "var" / "bench" / f"{name}-run.json"
+    out.unlink(missing_ok=True)
+    env = {**os.environ, "DATABASE_URL": admin_url}
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / f"{name}.py"), *argv, "--out", str(out)], cwd=ROOT,
+                          env=env, capture_output=True, text=True)
+    if not out.exists():
+        raise RuntimeError(f"bench/{name}.py failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return json.loads(out.read_text())
+
+
+def run_load(args, admin_url, report, table) -> None:
+    """bench/load.py: the compose-like stack under a burst of runs and a storm of decisions (docs/benchmarks.md)."""
+    from bench import load
+
+    size = ["--runs", "40", "--storm", "60", "--clients", "20"] if args.quick else []
+    data = _script("load", size, admin_url)
+    report["load"] = {k: v for k, v in data.items() if k not in ("table", "stack")}
+    for figure, measured, target, met in load.targets(data):
+        table.add(f"under load: {figure}"[:46], measured, target=target, ok=met)
+
+
+def run_scale(args, admin_url, report, table) -> None:
+    """bench/scale.py: what a second worker or web process buys; what 10,000 waiting runs cost."""
+    from bench import scale
+
+    size = ["--runs", "40", "--parked", "300", "--sample", "20"] if args.quick else []
+    data = _script("scale", size, admin_url)
+    report["scale"] = data
+    for figure, value, target, met in scale.rows(data):
+        table.add(f"scale: {figure.strip()}"[:46], value, target=target, ok=met)
+
+
 # --- main ------------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> dict:
@@ -729,6 +765,12 @@ def measure(args, only: list[str], admin_url: str, ours_db: str, theirs_db: str,
         save()
     if "tokens" in only:
         run_tokens(args, report, table)
+        save()
+    if "load" in only:
+        run_load(args, admin_url, report, table)
+        save()
+    if "scale" in only:
+        run_scale(args, admin_url, report, table)
         save()
     report["seconds"] = round(time.monotonic() - started, 1)
     save()

@@ -20,35 +20,38 @@ the message in the body, which the provenance check holds by design (a person ch
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import random
 import re
 import sys
 import time
+from contextlib import ExitStack
 from pathlib import Path
-from urllib.parse import urlparse, urlunparse
 
 ROOT = Path(__file__).resolve().parents[1]
-DB = "airlock_bench_safety"
 WORK = ROOT / "var" / "bench" / "safety"
 DATA = WORK / "inbox.json"
 DESTINATION = re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+|\b[A-Z]{2}\d{2}[A-Z0-9]{10,30}\b|\bwww\.[^\s'\"]+[\w/]")
 RECIPIENT = "me@example.com"  # the run's own, requested recipient
 
 
+_ROOM = ExitStack()  # the database and Redis database made here, removed when the process exits
+
+
 def configure() -> None:
-    """A fresh database of this bench's own on DATABASE_URL's server; settings for an inline engine."""
-    import psycopg
+    """A database and an empty Redis database of this bench's own (bench/scratch.py, removed at exit); settings
+    for an inline engine."""
     from cryptography.fernet import Fernet
 
+    from bench import scratch
+
     url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/airlock"
-    parsed = urlparse(url)
-    with psycopg.connect(urlunparse(parsed._replace(path="/postgres")), autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{DB}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{DB}"')
-    redis_url = urlunparse(urlparse(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0")._replace(path="/13"))
-    os.environ.update({"DATABASE_URL": urlunparse(parsed._replace(path=f"/{DB}")), "REDIS_URL": redis_url,
+    db_url = _ROOM.enter_context(scratch.database(url, "airlock_bench_safety"))
+    redis_url = _ROOM.enter_context(scratch.redis_db(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"))
+    atexit.register(_ROOM.close)
+    os.environ.update({"DATABASE_URL": db_url, "REDIS_URL": redis_url,
                        "AIRLOCK_CHANNEL_PREFIX": "airlock-bench-safety", "AIRLOCK_EGRESS_ALLOW_PRIVATE": "1"})
     os.environ.setdefault("AIRLOCK_ENCRYPTION_KEY", Fernet.generate_key().decode())
     WORK.mkdir(parents=True, exist_ok=True)
