@@ -57,8 +57,11 @@ app.conf.update(
     # A resume has a queue of its own: a person waits for it, and it must not queue behind every run's next
     # steps (a burst of runs fills `runs`). A worker asks for `resume` before its other queues
     # (apps/core/queue_order.py), so a resume waits for one free child, not for the backlog; a worker given only
-    # `-Q resume` keeps children free for decisions alone (docs/operations.md, "Queues").
-    task_routes={"apps.runs.tasks.resume_run": {"queue": RESUME_QUEUE}, "apps.runs.tasks.*": {"queue": "runs"}},
+    # `-Q resume` keeps children free for decisions alone (docs/operations.md, "Queues"). A run's steps go on
+    # `runs`; everything else on `default`, beat's sweeps of runs too: the sweep that takes back a dead worker's
+    # run must not wait behind the very backlog of runs (bench/scale.py found it there, 17 sweeps deep).
+    task_routes={"apps.runs.tasks.resume_run": {"queue": RESUME_QUEUE},
+                 "apps.runs.tasks.execute_run": {"queue": "runs"}},
     broker_connection_retry_on_startup=True,
     worker_hijack_root_logger=False,
     worker_send_task_events=False,

@@ -156,6 +156,21 @@ def test_every_queue_a_task_goes_to_has_a_worker_in_compose_and_runall():
     assert worker_args(["--queues=runs"]) == ["--queues=runs"]
 
 
+def test_beats_periodic_tasks_never_wait_behind_the_runs_backlog():
+    """The sweep that takes back a dead worker's run, approval expiry and retention run on `default`: a deep
+    `runs` queue (a burst of runs) must not delay them; a run's steps and a decision's resume have their queues."""
+    from config.celery import app
+
+    def queue(task: str) -> str:
+        return app.amqp.router.route({}, task)["queue"].name
+
+    assert {entry["task"] for entry in app.conf.beat_schedule.values()} >= {"apps.runs.tasks.sweep_stuck_runs",
+                                                                           "apps.runs.tasks.expire_approvals"}
+    for entry in app.conf.beat_schedule.values():
+        assert queue(entry["task"]) == "default", entry["task"]
+    assert queue("apps.runs.tasks.execute_run") == "runs" and queue("apps.runs.tasks.resume_run") == "resume"
+
+
 SETTING_READ = re.compile(r"(?:os\.environ\.get|os\.environ\.setdefault|os\.getenv|env_bool|env_list)"
                           r"""\(\s*["']([A-Z][A-Z0-9_]+)["']""")
 # Set by Airlock's own entry points for their processes (config/asgi.py, config/celery.py), or by tests.
