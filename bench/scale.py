@@ -13,7 +13,7 @@ a database and a Redis database of its own, removed after (bench/scratch.py):
    taking turns between the web processes. Figures: runs/s and model steps/s from the first start to the last
    finish, and run starts answered per second by the API.
 2. Parked runs (1 web, 1 worker): `--sample` runs whose one call (a refund, granted `approve`) waits are decided
-   one after another by 4 clients and timed (decision -> the approved call dispatched -> the run finished); then
+   one after another and timed (decision -> the approved call dispatched -> the run finished); then
    `--parked` more runs are left waiting for a person; the worker's children's memory, the broker's queues and the
    database sessions are read before and after; then `--sample` more are decided and timed the same way, with the
    parked runs still waiting. A waiting run holds no worker, no task and no connection: the figures must not move.
@@ -146,8 +146,21 @@ def broker_state() -> dict:
 
     broker = redis.Redis.from_url(os.environ["REDIS_URL"])
     queues = {name: broker.llen(name) for name in WORKER_QUEUES.split(",")}
-    return {"queued": sum(queues.values()), "unacked": broker.hlen("unacked"),
+    tasks: dict[str, int] = {}  # what waits, by task name (a sample of each queue's head)
+    for name in queues:
+        for raw in broker.lrange(name, 0, 199):
+            task = json.loads(raw).get("headers", {}).get("task", "?")
+            tasks[task] = tasks.get(task, 0) + 1
+    return {"queued": sum(queues.values()), "unacked": broker.hlen("unacked"), "queues": queues, "tasks": tasks,
             "redis_used_mb": round(broker.info("memory")["used_memory"] / 2**20, 1)}
+
+
+def drained(timeout: float = 900) -> float:
+    """Seconds until the broker holds no message (the work the parking caused: each held call's notifications)."""
+    started = time.perf_counter()
+    load.wait_until("the queues to drain", lambda: broker_state()["queued"] + broker_state()["unacked"] == 0,
+                    timeout=timeout, interval=1)
+    return round(time.perf_counter() - started, 1)
 
 
 def database_state() -> dict:
@@ -178,14 +191,14 @@ def park(stack: Stack, s: dict, prefix: str, count: int) -> list[str]:
 
 
 def decide_in_turn(stack: Stack, s: dict, ids: list[str]) -> dict:
-    """Decides the runs' approvals from 4 clients, each one after another, as people do; timings in ms."""
+    """Decides the runs' approvals one after another, as a person works through an inbox; timings in ms."""
     from apps.approvals.models import ApprovalRequest
     from apps.runs.models import Run, ToolCall
 
     pending = list(ApprovalRequest.objects.filter(run_id__in=ids, status="pending").values_list("id", flat=True))
     items = [(f"{stack.bases[n % len(stack.bases)]}/api/v1/approvals/{a}/decision", {"decision": "approve"})
              for n, a in enumerate(pending)]
-    _, latencies, errors, _ = load.timed_requests("POST", items, s["approver"], 4, ok=200)
+    _, latencies, errors, _ = load.timed_requests("POST", items, s["approver"], 1, ok=200)
     finish(ids)
     decided = dict(ApprovalRequest.objects.filter(id__in=pending).values_list("id", "decided_at"))
     calls = ToolCall.objects.filter(approval_id__in=pending, state="succeeded").values_list(
@@ -208,6 +221,9 @@ def parked(s: dict, args) -> dict:
         started = time.perf_counter()
         waiting = park(stack, s, "P", args.parked)
         parking_s = time.perf_counter() - started
+        # The parking's own work may still be queued (each held call's notifications): done, not held
+        backlog = broker_state()
+        drain_s = drained()
         time.sleep(5)  # what a waiting run might still hold would show by now: a lease, a session, a task
         held = {"children_mb": stack.children_mb(), **broker_state(), **database_state()}
         after = park(stack, s, "A", args.sample)
@@ -217,6 +233,7 @@ def parked(s: dict, args) -> dict:
         still = Run.objects.filter(id__in=waiting, status="waiting").count()
     growth = max(held["children_mb"]) - max(idle["children_mb"])
     return {"parked": len(waiting), "still_waiting": still, "parking_s": round(parking_s, 1),
+            "backlog_when_parked": backlog, "drain_s": drain_s,
             "before": idle, "while_parked": held, "child_growth_mb": round(growth, 1),
             "database_mb_per_1000_parked": round((held["database_mb"] - idle["database_mb"]) * 1000 / len(waiting), 2),
             "decisions_without": first, "decisions_with": second}
@@ -240,6 +257,9 @@ def rows(r: dict) -> list[tuple[str, str, str, bool | None]]:
         before, held = p["before"], p["while_parked"]
         out.append(("runs parked waiting for a person", f"{p['still_waiting']:,} (parked in {p['parking_s']} s)",
                     f"{p['parked']:,}", p["still_waiting"] == p["parked"]))
+        backlog = p["backlog_when_parked"]
+        out.append(("  their own work still queued, then drained", f"{backlog['queued'] + backlog['unacked']:,} "
+                    f"messages, {p['drain_s']} s", "info", None))
         out.append(("  worker child memory, growth while parked", f"{p['child_growth_mb']} MB "
                     f"({max(before['children_mb'])} -> {max(held['children_mb'])})", f"<= {PARKED_MEMORY_MB} MB",
                     p["child_growth_mb"] <= PARKED_MEMORY_MB))
