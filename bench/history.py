@@ -204,10 +204,11 @@ def load(*, runs: int, events: int, calls: int) -> dict[str, int]:
             INSERT INTO approvals_approvalrequest (id, org_id, created_at, updated_at, kind, status, run_id,
                 tool_call_id, title, arguments, args_hash, definition_hash, risk, reason, rule, context,
                 required_approvals, decided_by_label, comment, approved_args_hash, separation_of_duties)
-            SELECT gen_random_uuid(), org_id, created_at, created_at, 'tool_call', 'approved', run_id, id,
-                   qualified_name, arguments, args_hash, '', 'write', 'held', 'grant', '{}'::jsonb, 1,
-                   'bench@example.com', '', '', false
-            FROM runs_toolcall WHERE state = 'held'""")
+            SELECT gen_random_uuid(), t.org_id, t.created_at, t.created_at, 'tool_call', 'approved', t.run_id, t.id,
+                   t.qualified_name, t.arguments, t.args_hash, '', 'write', 'held', 'grant',
+                   jsonb_build_object('crew', r.crew_name, 'agent', 'Agent'), 1, 'bench@example.com', '', '', false
+            FROM runs_toolcall t JOIN runs_run r ON r.id = t.run_id
+            WHERE t.state = 'held'""")  # the context the runs' ledger records (apps/runs/ledger.py hold_call)
         cursor.execute("""UPDATE runs_toolcall t SET approval_id = a.id FROM approvals_approvalrequest a
                           WHERE a.tool_call_id = t.id""")
         cursor.execute("""UPDATE approvals_approvalrequest SET decided_at = created_at + interval '20 minutes'""")

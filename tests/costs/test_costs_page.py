@@ -35,11 +35,13 @@ def test_top_runs_cost_per_successful_run_and_approval_waits(org, owner):
         run = runs.start_run(actor=actor, crew_id=crew.id, inputs={}, enqueue=False)
         Run.objects.filter(id=run.id).update(status=status, cost_usd=None if cost is None else Decimal(cost))
         made.append(run)
-    for run, opened_h, decided_h in [(made[0], 5, 3), (made[1], 2, None), (made[3], 4, 3.5), (made[3], 1, 2)]:
+    # The runs' ledger records the crew in the request's context; a request without it is counted by its run's crew
+    for run, opened_h, decided_h, context in [(made[0], 5, 3, {"crew": "Refunds"}), (made[1], 2, None, {}),
+                                              (made[3], 4, 3.5, {"crew": "Returns"}), (made[3], 1, 2, {})]:
         request = approvals.open_request(
             org_id=org.id, run_id=run.id, tool_call_id=None, agent_id=agent.id, tool_id=tools["refund_order"].id,
             title="Refund", arguments={}, args_hash="0" * 64, definition_hash="", risk="write", reason="r",
-            rule="approve", context={}, expires_at=None, requested_by_user_id=None)
+            rule="approve", context=context, expires_at=None, requested_by_user_id=None)
         ApprovalRequest.objects.filter(id=request.id).update(
             created_at=now - timedelta(hours=opened_h),
             decided_at=None if decided_h is None else now - timedelta(hours=decided_h))
