@@ -7,6 +7,11 @@ from uuid import UUID
 
 from django.db import transaction
 
+from apps.core import selectors as broker
+from apps.core.queue_order import RESUME_QUEUE
+
+RUN_TASKS = frozenset({"apps.runs.tasks.execute_run", "apps.runs.tasks.resume_run"})
+
 
 def enqueue_on_commit(run_id: UUID | str, *, resume: bool = False) -> None:
     transaction.on_commit(lambda: enqueue(run_id, resume=resume))
@@ -17,3 +22,15 @@ def enqueue(run_id: UUID | str, *, resume: bool = False) -> None:
     from apps.runs import tasks
 
     (tasks.resume_run if resume else tasks.execute_run).delay(str(run_id))
+
+
+def runs_in_line() -> set[str]:
+    """The ids of the runs that have a task message in the broker (waiting on `runs` or `resume`, or taken by a
+    worker and not yet acknowledged). Read when the sweeper finds queued runs nobody has touched for a while:
+    behind a deep backlog their messages are still in line, and only a run missing here was lost."""
+    ids = set()
+    for envelope in broker.waiting_messages((RESUME_QUEUE, "runs")):
+        task, args = broker.task_arguments(envelope)
+        if task in RUN_TASKS and args:
+            ids.add(str(args[0]))
+    return ids

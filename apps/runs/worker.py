@@ -22,7 +22,7 @@ from apps.runs.engine.errors import LeaseLost
 from apps.runs.engine.loop import STEPS_PER_TASK, advance
 from apps.runs.lease import SWEPT, LeaseHeartbeat, heartbeat_seconds, lease_seconds
 from apps.runs.models import Run, RunStatus
-from apps.runs.queue import enqueue, enqueue_on_commit
+from apps.runs.queue import enqueue, enqueue_on_commit, runs_in_line
 from apps.runs.selectors import trace_parent
 from apps.runs.store.notices import ChangeNotices
 from apps.runs.store.run_store import RunStore
@@ -118,12 +118,11 @@ def drive_run(*, run_id: UUID | str, max_tasks: int = 50) -> Run:
 
 def sweep_stuck_runs() -> int:
     """Beat, every `AIRLOCK_RUN_SWEEP_S`: re-enqueues runs whose worker died (lease expired) or whose queue
-    message was lost (queued, untouched for `AIRLOCK_RUN_REQUEUE_AFTER_S`).
+    message was lost (queued, untouched for `AIRLOCK_RUN_REQUEUE_AFTER_S`, and no message for it in the broker).
 
     An expired lease is taken back first (owner `SWEPT`, for one more lease), in the same conditional
     UPDATE: the run is enqueued once per lease, not at every sweep while the queue is busy, and a worker
-    that lost it (alive but stuck) finds its next write refused. A lost message's run is likewise touched
-    (`updated_at`), so it is enqueued again once per `AIRLOCK_RUN_REQUEUE_AFTER_S`. The claim counts each recovery in
+    that lost it (alive but stuck) finds its next write refused. The claim counts each recovery in
     `deliveries`; past the cap the run fails with the reason. Returns how many runs were re-enqueued.
     """
     now = timezone.now()
@@ -132,15 +131,30 @@ def sweep_stuck_runs() -> int:
     taken = [run_id for run_id in expired if Run.objects.filter(
         id=run_id, status=RunStatus.RUNNING, lease_expires_at__lt=now).update(
             lease_owner=SWEPT, lease_expires_at=now + timedelta(seconds=lease_seconds()))]
-    lost_before = now - timedelta(seconds=requeue_after())
-    stale = list(Run.objects.filter(status=RunStatus.QUEUED, updated_at__lt=lost_before)
-                 .values_list("id", flat=True)[:500])
-    requeued = [run_id for run_id in stale if Run.objects.filter(  # touched: enqueued again only if lost again
-        id=run_id, status=RunStatus.QUEUED, updated_at__lt=lost_before).update(updated_at=now)]
-    ids = [*taken, *requeued]
+    ids = [*taken, *_take_lost_messages(now)]
     for run_id in ids:
         enqueue(run_id)
     return len(ids)
+
+
+def _take_lost_messages(now) -> list:
+    """Queued runs untouched for `AIRLOCK_RUN_REQUEUE_AFTER_S` whose message the broker no longer holds (a Redis
+    restart, an enqueue that failed after its commit), touched so each is enqueued again once per period.
+
+    A queued run is also untouched while its message waits behind a backlog longer than the period (10,000
+    runs started at once: bench/scale.py); enqueuing those again doubled the backlog. The broker is read only
+    when some run is that old, and a run whose message it holds is touched too, so it is looked at again in a
+    period, not at every sweep."""
+    lost_before = now - timedelta(seconds=requeue_after())
+    stale = Run.objects.filter(status=RunStatus.QUEUED, updated_at__lt=lost_before)
+    if not stale.exists():
+        return []
+    in_line = sorted(runs_in_line())
+    for start in range(0, len(in_line), 1000):
+        stale.filter(id__in=in_line[start:start + 1000]).update(updated_at=now)
+    lost = list(stale.values_list("id", flat=True)[:500])
+    return [run_id for run_id in lost if Run.objects.filter(  # touched: enqueued again only if lost again
+        id=run_id, status=RunStatus.QUEUED, updated_at__lt=lost_before).update(updated_at=now)]
 
 
 def requeue_after() -> float:

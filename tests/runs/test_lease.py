@@ -3,12 +3,14 @@ worker with a `run.recovered` event, and the lost worker's store can no longer t
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import pytest
+import redis
 from django.utils import timezone
 
-from apps.runs import services
+from apps.runs import queue, services
 from apps.runs import worker as run_worker
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.models import Run
@@ -20,11 +22,15 @@ pytestmark = pytest.mark.django_db
 LOST = "lost-host:4242:deadbeef"
 
 
-def lost_run(desk) -> Run:
-    """A run its worker was driving when it died: running, the lease expired a moment ago."""
+def lookups(desk):
     reader = desk.agent("Reader", [{"call": [LOOK_UP]}, {"say": "Looked.\nSTATUS: done\nREASON: ok"}],
                         [{"tool": "orders.get_order_status", "policy": "auto"}])
-    crew = desk.sequential("Lookups", [("look", reader, "Look up order {order_id}.", [])])
+    return desk.sequential("Lookups", [("look", reader, "Look up order {order_id}.", [])])
+
+
+def lost_run(desk, crew=None) -> Run:
+    """A run its worker was driving when it died: running, the lease expired a moment ago."""
+    crew = crew or lookups(desk)
     run = services.start_run(actor=desk.actor, crew_id=crew.id, inputs={"order_id": "A-1001", "amount_cents": 1},
                              enqueue=False)
     Run.objects.filter(id=run.id).update(status="running", lease_owner=LOST,
@@ -66,3 +72,85 @@ def test_a_queued_run_whose_message_was_lost_is_enqueued_again_once_per_period(d
     assert run_worker.sweep_stuck_runs() == 0  # not a message per sweep while it waits in a long queue
     run = run_worker.drive_run(run_id=run.id)
     assert run.status == "succeeded", run.error
+
+
+@pytest.fixture
+def own_broker(settings):
+    """A broker of this test's own (a key prefix in the session's Redis) that no worker consumes, read by the
+    sweeper; yields a kombu connection to send to it. The session's workers drain the shared queues."""
+    from kombu import Connection
+
+    prefix = f"test-{uuid.uuid4().hex}:"
+    options = {**settings.CELERY_BROKER_TRANSPORT_OPTIONS, "global_keyprefix": prefix}
+    settings.CELERY_BROKER_TRANSPORT_OPTIONS = options
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    try:
+        with Connection(settings.CELERY_BROKER_URL, transport_options=options) as connection:
+            yield connection, client, prefix
+    finally:
+        for key in client.scan_iter(match=f"{prefix}*"):
+            client.delete(key)
+        client.close()
+
+
+def test_a_queued_run_whose_message_waits_behind_a_backlog_is_not_enqueued_again(desk, settings, own_broker):
+    """A backlog longer than the requeue period (10,000 runs started at once) is not a lost message: the run's
+    message is still in line, so the sweeper leaves it there, and takes it again only when it is gone."""
+    from apps.runs import tasks
+
+    connection, client, prefix = own_broker
+    settings.AIRLOCK_RUN_REQUEUE_AFTER_S = 60
+    crew = lookups(desk)
+    run, other = lost_run(desk, crew), lost_run(desk, crew)
+    Run.objects.filter(id__in=[run.id, other.id]).update(status="queued", lease_owner="", lease_expires_at=None)
+    for queued in (other, run):  # the run waits behind another's message
+        tasks.execute_run.apply_async((str(queued.id),), connection=connection)
+    assert client.llen(f"{prefix}runs") == 2
+
+    aged = timezone.now() - timedelta(seconds=61)
+    Run.objects.filter(id__in=[run.id, other.id]).update(updated_at=aged)
+    assert run_worker.sweep_stuck_runs() == 0
+    assert run_worker.sweep_stuck_runs() == 0  # and it does not read the broker again at every sweep
+    assert Run.objects.get(id=run.id).updated_at > aged
+
+    mine = [raw for raw in client.lrange(f"{prefix}runs", 0, -1) if str(run.id) in raw.decode()]
+    assert len(mine) == 1
+    client.lrem(f"{prefix}runs", 0, mine[0])  # lost: Redis restarted without it
+    Run.objects.filter(id__in=[run.id, other.id]).update(updated_at=aged)
+    assert run_worker.sweep_stuck_runs() == 1  # this run; the other's message is still in line
+    assert Run.objects.get(id=other.id).updated_at > aged  # looked at again in a period, not at every sweep
+    assert run_worker.sweep_stuck_runs() == 0
+    run = run_worker.drive_run(run_id=run.id)
+    assert run.status == "succeeded", run.error
+
+
+def test_a_message_a_worker_has_taken_and_not_acknowledged_is_in_line(desk, settings, own_broker):
+    """Late acknowledgement: a worker holds the message it is working on in Redis's `unacked` until done."""
+    from apps.runs import tasks
+
+    connection, client, prefix = own_broker
+    run = lost_run(desk)
+    tasks.resume_run.apply_async((str(run.id),), connection=connection, queue="resume")
+    with connection.channel() as channel:
+        taken = channel.basic_get("resume", no_ack=False)
+        assert taken is not None and client.llen(f"{prefix}resume") == 0
+        assert str(run.id) in queue.runs_in_line()
+
+
+def test_the_embedded_broker_s_waiting_runs_are_found_in_its_folder(desk, settings, tmp_path):
+    """Embedded mode's broker is a folder of messages (apps/core/fs_broker.py): a run with a message there is in
+    line, one without is not."""
+    from kombu import Connection
+
+    from apps.runs import tasks
+
+    folder = tmp_path / "queue"
+    folder.mkdir()
+    options = {"data_folder_in": str(folder), "data_folder_out": str(folder), "control_folder": str(tmp_path)}
+    crew = lookups(desk)
+    waiting, resumed, _without_message = (lost_run(desk, crew) for _ in range(3))
+    with Connection("filesystem://", transport="apps.core.fs_broker:Transport", transport_options=options) as conn:
+        tasks.execute_run.apply_async((str(waiting.id),), connection=conn, queue="runs")
+        tasks.resume_run.apply_async((str(resumed.id),), connection=conn, queue="resume")
+    settings.REDIS_URL, settings.BROKER_DIR = "", tmp_path
+    assert queue.runs_in_line() == {str(waiting.id), str(resumed.id)}

@@ -68,6 +68,7 @@ def test_a_held_and_approved_run_shows_in_the_runs_approvals_steps_and_tool_call
     calls = done["airlock_tool_call_seconds"]
     assert value(calls, "airlock_tool_call_seconds_count", state="succeeded", source="run") >= 3  # 2 lookups, 1 refund
     assert "airlock_queue_depth" in done and "airlock_worker_heartbeat_age_seconds" in done
+    assert {s.labels["queue"] for s in done["airlock_queue_depth"]} == {"resume", "runs", "default"}
 
 
 def test_budget_use_is_a_ratio_per_org(client, actor, org):
