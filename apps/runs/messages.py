@@ -63,7 +63,7 @@ def write_messages(turn: RunStep, payloads: list[dict[str, Any]], *, start: int,
     can run in a pipelined batch (apps.core.db.pipeline)."""
     if replace:
         with connection.cursor() as cursor:
-            cursor.execute(_DELETE_FROM_SQL, [turn.id, start])
+            cursor.execute(_DELETE_FROM_SQL, [RunStep._meta.pk.get_db_prep_value(turn.id, connection), start])
     now = timezone.now()
     _inserts().send([RunMessage(turn_id=turn.id, seq=start + i, payload=payload,
                                 created_at=now) for i, payload in enumerate(payloads)])
