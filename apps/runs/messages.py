@@ -4,7 +4,12 @@ retention forgets through `forget_conversations`.
 
 A step appends only the messages it adds, so what it writes stays the same size however long the
 conversation is. A history that changed before its end (rare: the engine only appends) is replaced from the
-first message that differs: the rows before it stay as they are."""
+first message that differs: the rows before it stay as they are.
+
+A tool's answer carries the result text the ledger row already keeps (`ToolCall.result`); its part's metadata
+says where (apps/runs/engine/tools.ledger_text_at). Stored, the text is cut out of the answer and put back from
+the ledger when read, so each result is written once (a 2 KB result was written twice a step, both copies in
+TOAST: the largest part of a step's WAL). Every read here gives the conversation back exactly as dumped."""
 
 from __future__ import annotations
 
@@ -18,7 +23,11 @@ from django.utils import timezone
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
 from apps.core.rows import Inserts
-from apps.runs.models import RunMessage, RunStep
+from apps.runs.models import RunMessage, RunStep, ToolCall
+
+LEDGER_TEXT = "ledger_text"  # a tool-return part's metadata key: {"call": ToolCall id, "at", "length"}
+LEDGER_TEXT_MIN = 256  # shorter results are left in place: the reference would save little
+GONE = "[this tool result is no longer kept]"
 
 
 def dump_messages(messages: list[ModelMessage]) -> list[dict[str, Any]]:
@@ -35,7 +44,7 @@ def turn_messages(turn: RunStep) -> list[dict[str, Any]] | None:
     """The turn's conversation as stored (JSON), or None when it has none (a model call's step, or a turn whose
     conversation retention removed)."""
     payloads = list(RunMessage.objects.filter(turn_id=turn.id).order_by("seq").values_list("payload", flat=True))
-    return payloads or None
+    return as_dumped(payloads) or None
 
 
 def conversations(turn_ids: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
@@ -44,7 +53,84 @@ def conversations(turn_ids: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
     rows = RunMessage.objects.filter(turn_id__in=list(turn_ids)).order_by("turn_id", "seq")
     for turn_id, payload in rows.values_list("turn_id", "payload"):
         found[str(turn_id)].append(payload)
-    return dict(found)
+    texts = _ledger_texts(ref["call"] for payloads in found.values() for _, ref in _cut(payloads))
+    return {turn_id: as_dumped(payloads, texts=texts) for turn_id, payloads in found.items()}
+
+
+def as_dumped(payloads: list[dict[str, Any]], *, texts: dict[str, str | None] | None = None) -> list[dict[str, Any]]:
+    """Stored messages as they were dumped: each tool answer's result text put back from its ledger row (from
+    `texts`, call id -> result text, when the caller read them already)."""
+    cut = list(_cut(payloads))
+    if not cut:
+        return payloads
+    texts = dict(texts or {})
+    texts.update(_ledger_texts(ref["call"] for _, ref in cut if ref["call"] not in texts))
+    out = []
+    for payload in payloads:
+        parts = payload.get("parts")
+        if isinstance(parts, list) and any(_ref(part, cut=True) for part in parts):
+            payload = {**payload, "parts": [_put_back(part, texts) for part in parts]}
+        out.append(payload)
+    return out
+
+
+def ledger_texts_read() -> str:
+    """SQL (param: a turn's id) for the result texts its answers may name: every call of the turn's model calls,
+    as (id, text), for a reader that fetches them with the conversation (the run store)."""
+    calls, steps = ToolCall._meta.db_table, RunStep._meta.db_table
+    return (f"SELECT t.id, t.result->>'text' FROM {calls} t "  # noqa: S608
+            f"WHERE t.step_id IN (SELECT l.id FROM {steps} l WHERE l.parent_id = %s) AND t.result IS NOT NULL")
+
+
+def _ref(part: Any, *, cut: bool) -> dict[str, Any] | None:
+    """The part's ledger reference: on a stored (`cut`) or a dumped tool answer."""
+    metadata = part.get("metadata") if isinstance(part, dict) else None
+    ref = metadata.get(LEDGER_TEXT) if isinstance(metadata, dict) else None
+    if not isinstance(ref, dict) or part.get("part_kind") != "tool-return" or not isinstance(part.get("content"), str):
+        return None
+    return ref if bool(ref.get("cut")) == cut else None
+
+
+def _cut(payloads: list[dict[str, Any]]):
+    for payload in payloads:
+        for part in payload.get("parts") or ():
+            if ref := _ref(part, cut=True):
+                yield part, ref
+
+
+def _ledger_texts(call_ids) -> dict[str, str | None]:
+    ids = set(call_ids)
+    if not ids:
+        return {}
+    rows = ToolCall.objects.filter(id__in=ids).values_list("id", "result")
+    return {str(call_id): (result or {}).get("text") for call_id, result in rows}
+
+
+def _put_back(part: dict[str, Any], texts: dict[str, str | None]) -> dict[str, Any]:
+    ref = _ref(part, cut=True)
+    if ref is None:
+        return part
+    text = texts.get(ref["call"])
+    if text is None or len(text) != ref["length"]:  # retention emptied the row (it forgets both together)
+        text = GONE
+    content, at = part["content"], ref["at"]
+    kept = {key: value for key, value in ref.items() if key != "cut"}
+    return {**part, "content": content[:at] + text + content[at:], "metadata": {**part["metadata"], LEDGER_TEXT: kept}}
+
+
+def _stored(payload: dict[str, Any]) -> dict[str, Any]:
+    """The message as stored: each tool answer without the result text its ledger row keeps."""
+    parts = payload.get("parts")
+    if not isinstance(parts, list) or not any(_ref(part, cut=False) for part in parts):
+        return payload
+    out = []
+    for part in parts:
+        if (ref := _ref(part, cut=False)) is not None:
+            content, at, length = part["content"], ref["at"], ref["length"]
+            part = {**part, "content": content[:at] + content[at + length:],
+                    "metadata": {**part["metadata"], LEDGER_TEXT: {**ref, "cut": True}}}
+        out.append(part)
+    return {**payload, "parts": out}
 
 
 # --- writes ----------------------------------------------------------------------------------------------
@@ -65,7 +151,7 @@ def write_messages(turn: RunStep, payloads: list[dict[str, Any]], *, start: int,
         with connection.cursor() as cursor:
             cursor.execute(_DELETE_FROM_SQL, [RunStep._meta.pk.get_db_prep_value(turn.id, connection), start])
     now = timezone.now()
-    _inserts().send([RunMessage(turn_id=turn.id, seq=start + i, payload=payload,
+    _inserts().send([RunMessage(turn_id=turn.id, seq=start + i, payload=_stored(payload),
                                 created_at=now) for i, payload in enumerate(payloads)])
 
 

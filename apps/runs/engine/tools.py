@@ -35,6 +35,7 @@ from apps.runs.engine.provenance import call_provenance
 from apps.runs.engine.results import injected_call_findings, result_payload, scannable_text
 from apps.runs.engine.seam import Store
 from apps.runs.ledger import Decided
+from apps.runs.messages import LEDGER_TEXT, LEDGER_TEXT_MIN
 from apps.runs.models import ANSWERED, CallState, RunStep, ToolCall
 
 READ_RETRIES = 2
@@ -393,9 +394,19 @@ def answers(rows: list[ToolCall]) -> ModelRequest:
     parts = []
     for row in rows:
         assert row.state in ANSWERED, row.state
-        parts.append(ToolReturnPart(tool_name=row.model_tool_name, tool_call_id=row.call_id,
-                                    content=answer_text(row), outcome=_outcome(row)))
+        content = answer_text(row)
+        parts.append(ToolReturnPart(tool_name=row.model_tool_name, tool_call_id=row.call_id, content=content,
+                                    outcome=_outcome(row), metadata=ledger_text_at(row, content)))
     return ModelRequest(parts=parts)
+
+
+def ledger_text_at(row: ToolCall, content: str) -> dict[str, Any] | None:
+    """Where the ledger row's result text sits in the answer the model gets, when it is there whole and long
+    enough to matter: the conversation is then stored without it (apps/runs/messages.py), not a second copy
+    of every tool result. Metadata is the application's: pydantic-ai never sends it to the model."""
+    text = (row.result or {}).get("text") or ""
+    at = content.find(text) if len(text) >= LEDGER_TEXT_MIN else -1
+    return {LEDGER_TEXT: {"call": str(row.id), "at": at, "length": len(text)}} if at >= 0 else None
 
 
 def _outcome(row: ToolCall) -> str:

@@ -18,6 +18,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
+from uuid import UUID
 
 from django.db import connection, transaction
 from django.utils import timezone
@@ -40,7 +41,7 @@ from apps.runs import ledger
 from apps.runs.engine.errors import LeaseLost
 from apps.runs.lease import LeaseHeartbeat, lease_seconds
 from apps.runs.ledger import Totals, publish_status, send_events
-from apps.runs.messages import dump_messages, load_messages, turn_messages, write_messages
+from apps.runs.messages import as_dumped, dump_messages, ledger_texts_read, load_messages, turn_messages, write_messages
 from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
 from apps.runs.store.calls import ToolCalls
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
@@ -400,6 +401,7 @@ class RunStore(ToolCalls):
         if with_history:
             message, sql = messages_read()
             statements.append((sql, [message.param("turn", step_id)]))
+            statements.append((ledger_texts_read(), [message.param("turn", step_id)]))  # what its answers cite
         with_calls = step_id not in self._last_call
         if with_calls:
             calls, _, sql = last_calls_read()
@@ -408,7 +410,8 @@ class RunStore(ToolCalls):
         if not found:
             return None
         if with_history:
-            payloads = [message.values(row)[0] for row in more.pop(0)]
+            stored, texts = more.pop(0), {str(UUID(str(call_id))): text for call_id, text in more.pop(0)}
+            payloads = as_dumped([message.values(row)[0] for row in stored], texts=texts)
             self._history[step_id] = (payloads, load_messages(payloads))
         if with_calls:
             self._calls_read[step_id] = more.pop(0)
