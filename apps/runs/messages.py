@@ -25,7 +25,7 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from apps.core.rows import Inserts
 from apps.runs.models import RunMessage, RunStep, ToolCall
 
-LEDGER_TEXT = "ledger_text"  # a tool-return part's metadata key: {"call": ToolCall id, "at", "length"}
+LEDGER_TEXT = "ledger_text"  # a tool-return part's metadata key: {"call": ToolCall id, "run", "at", "length"}
 LEDGER_TEXT_MIN = 256  # shorter results are left in place: the reference would save little
 GONE = "[this tool result is no longer kept]"
 
@@ -118,14 +118,16 @@ def _put_back(part: dict[str, Any], texts: dict[str, str | None]) -> dict[str, A
     return {**part, "content": content[:at] + text + content[at:], "metadata": {**part["metadata"], LEDGER_TEXT: kept}}
 
 
-def _stored(payload: dict[str, Any]) -> dict[str, Any]:
-    """The message as stored: each tool answer without the result text its ledger row keeps."""
+def _stored(payload: dict[str, Any], run_id: str) -> dict[str, Any]:
+    """The message as stored: each tool answer without the result text its ledger row keeps. Only this run's
+    rows: a fork starts from its parent's answers, whose rows retention may empty while the fork is kept, so
+    those stay whole in the fork."""
     parts = payload.get("parts")
     if not isinstance(parts, list) or not any(_ref(part, cut=False) for part in parts):
         return payload
     out = []
     for part in parts:
-        if (ref := _ref(part, cut=False)) is not None:
+        if (ref := _ref(part, cut=False)) is not None and ref.get("run") == run_id:
             content, at, length = part["content"], ref["at"], ref["length"]
             part = {**part, "content": content[:at] + content[at + length:],
                     "metadata": {**part["metadata"], LEDGER_TEXT: {**ref, "cut": True}}}
@@ -151,7 +153,7 @@ def write_messages(turn: RunStep, payloads: list[dict[str, Any]], *, start: int,
         with connection.cursor() as cursor:
             cursor.execute(_DELETE_FROM_SQL, [RunStep._meta.pk.get_db_prep_value(turn.id, connection), start])
     now = timezone.now()
-    _inserts().send([RunMessage(turn_id=turn.id, seq=start + i, payload=_stored(payload),
+    _inserts().send([RunMessage(turn_id=turn.id, seq=start + i, payload=_stored(payload, str(turn.run_id)),
                                 created_at=now) for i, payload in enumerate(payloads)])
 
 

@@ -84,3 +84,32 @@ def test_an_answer_whose_result_is_no_longer_kept_says_so(desk):
     ToolCall.objects.filter(run=turn.run, qualified_name="orders.list_orders").update(result=None)
     sent = answers(load_messages(turn_messages(turn)))
     assert GONE in sent["orders.list_orders"] and text not in sent["orders.list_orders"]
+
+
+def test_a_fork_keeps_its_parent_s_answers_whole(desk):
+    """A fork starts from its parent's conversation: those answers name the parent's ledger rows, which retention
+    may empty while the fork is kept, so the fork stores them whole."""
+    from apps.runs import replay
+
+    refund = {"tool": "orders.refund_order", "args": {"order_id": "A-1001", "amount_cents": 700,
+                                                      "request_id": "refund-A-1001"}}
+    clerk = desk.agent("Clerk", [{"call": [LIST]}, {"call": [refund]}, {"say": "Done.\nSTATUS: done\nREASON: ok"}],
+                       [{"tool": "orders.list_orders", "policy": "auto"},
+                        {"tool": "orders.refund_order", "policy": "auto"}])
+    crew = desk.sequential("Clerking", [("refund", clerk, "Refund the order.", [])], inputs=[])
+    parent = worker.drive_run(run_id=services.start_run(actor=desk.actor, crew_id=crew.id, inputs={},
+                                                        enqueue=False).id)
+    assert parent.status == "succeeded", parent.error
+    text = ToolCall.objects.get(run=parent, qualified_name="orders.list_orders").result["text"]
+    call = ToolCall.objects.get(run=parent, qualified_name="orders.refund_order")
+
+    fork = replay.fork_call(actor=desk.actor, run_id=parent.id, tool_call_id=call.id,
+                            arguments={**call.arguments, "amount_cents": 500, "request_id": "refund-again"})
+    fork = worker.drive_run(run_id=fork.id)
+    assert fork.status == "succeeded", fork.error
+    turn = RunStep.objects.get(run=fork, kind="agent")
+    assert any(text in content for content in contents(RunMessage.objects.filter(turn=turn)
+                                                       .values_list("payload", flat=True)))
+
+    ToolCall.objects.filter(run=parent).update(result=None)  # retention empties the parent's rows
+    assert text in answers(load_messages(turn_messages(turn)))["orders.list_orders"]

@@ -406,7 +406,8 @@ def ledger_text_at(row: ToolCall, content: str) -> dict[str, Any] | None:
     of every tool result. Metadata is the application's: pydantic-ai never sends it to the model."""
     text = (row.result or {}).get("text") or ""
     at = content.find(text) if len(text) >= LEDGER_TEXT_MIN else -1
-    return {LEDGER_TEXT: {"call": str(row.id), "at": at, "length": len(text)}} if at >= 0 else None
+    return {LEDGER_TEXT: {"call": str(row.id), "run": str(row.run_id), "at": at, "length": len(text)}} \
+        if at >= 0 else None
 
 
 def _outcome(row: ToolCall) -> str:
