@@ -44,27 +44,29 @@ def turn_messages(turn: RunStep) -> list[dict[str, Any]] | None:
     """The turn's conversation as stored (JSON), or None when it has none (a model call's step, or a turn whose
     conversation retention removed)."""
     payloads = list(RunMessage.objects.filter(turn_id=turn.id).order_by("seq").values_list("payload", flat=True))
-    return as_dumped(payloads) or None
+    return as_dumped(payloads, turn.run_id) or None
 
 
 def conversations(turn_ids: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
     """The conversations of several turns in one read: turn id (str) -> its messages (turns with none absent)."""
     found: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    runs: dict[str, Any] = {}
     rows = RunMessage.objects.filter(turn_id__in=list(turn_ids)).order_by("turn_id", "seq")
-    for turn_id, payload in rows.values_list("turn_id", "payload"):
+    for turn_id, run_id, payload in rows.values_list("turn_id", "turn__run_id", "payload"):
         found[str(turn_id)].append(payload)
-    texts = _ledger_texts(ref["call"] for payloads in found.values() for _, ref in _cut(payloads))
-    return {turn_id: as_dumped(payloads, texts=texts) for turn_id, payloads in found.items()}
+        runs[str(turn_id)] = run_id
+    return {turn_id: as_dumped(payloads, runs[turn_id]) for turn_id, payloads in found.items()}
 
 
-def as_dumped(payloads: list[dict[str, Any]], *, texts: dict[str, str | None] | None = None) -> list[dict[str, Any]]:
-    """Stored messages as they were dumped: each tool answer's result text put back from its ledger row (from
-    `texts`, call id -> result text, when the caller read them already)."""
+def as_dumped(payloads: list[dict[str, Any]], run_id: Any, *,
+              texts: dict[str, str | None] | None = None) -> list[dict[str, Any]]:
+    """A turn's stored messages as they were dumped: each tool answer's result text put back from its ledger row,
+    one of the run's own (from `texts`, call id -> result text, when the caller read them already)."""
     cut = list(_cut(payloads))
     if not cut:
         return payloads
     texts = dict(texts or {})
-    texts.update(_ledger_texts(ref["call"] for _, ref in cut if ref["call"] not in texts))
+    texts.update(_ledger_texts([ref["call"] for _, ref in cut if ref["call"] not in texts], run_id))
     out = []
     for payload in payloads:
         parts = payload.get("parts")
@@ -98,11 +100,11 @@ def _cut(payloads: list[dict[str, Any]]):
                 yield part, ref
 
 
-def _ledger_texts(call_ids) -> dict[str, str | None]:
-    ids = set(call_ids)
-    if not ids:
+def _ledger_texts(call_ids: list[str], run_id: Any) -> dict[str, str | None]:
+    """The result texts of these calls of the run (an id of another run's call finds nothing)."""
+    if not call_ids:
         return {}
-    rows = ToolCall.objects.filter(id__in=ids).values_list("id", "result")
+    rows = ToolCall.objects.filter(run_id=run_id, id__in=set(call_ids)).values_list("id", "result")
     return {str(call_id): (result or {}).get("text") for call_id, result in rows}
 
 

@@ -411,7 +411,7 @@ class RunStore(ToolCalls):
             return None
         if with_history:
             stored, texts = more.pop(0), {str(UUID(str(call_id))): text for call_id, text in more.pop(0)}
-            payloads = as_dumped([message.values(row)[0] for row in stored], texts=texts)
+            payloads = as_dumped([message.values(row)[0] for row in stored], self.run_id, texts=texts)
             self._history[step_id] = (payloads, load_messages(payloads))
         if with_calls:
             self._calls_read[step_id] = more.pop(0)
