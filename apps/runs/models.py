@@ -207,6 +207,9 @@ ANSWERED = frozenset({CallState.DENIED, CallState.REJECTED, CallState.EXPIRED, C
 
 
 class ToolCall(TenantModel):
+    # No index of its own: `tool_call_org_state` leads with the org. The ledger is the largest table a run
+    # writes to, and every index of a row is written twice per call (its completion is not a HOT update).
+    org = models.ForeignKey("accounts.Organization", on_delete=models.CASCADE, related_name="+", db_index=False)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="ledger", db_index=False)
     step = models.ForeignKey(RunStep, on_delete=models.CASCADE, related_name="tool_calls")  # the llm step
     call_id = models.CharField(max_length=200)  # the model's tool_call_id
