@@ -37,6 +37,17 @@ def queue_depths() -> dict[str, int]:
     return {queue: waiting.get(queue, 0) for queue in QUEUES}
 
 
+def message_count(queues: tuple[str, ...]) -> int:
+    """How many task messages the broker holds for `queues`, waiting or (Redis) taken and not yet acknowledged
+    (of any queue: the count is an upper bound), without reading them."""
+    if settings.REDIS_URL:
+        with _broker_redis() as (client, prefix):
+            waiting = sum(int(client.llen(f"{prefix}{queue}{suffix}")) for queue in queues
+                          for suffix in _PRIORITY_SUFFIXES)
+            return waiting + int(client.hlen(f"{prefix}unacked"))
+    return sum(1 for queue, _ in _folder_messages() if queue in queues)
+
+
 def waiting_messages(queues: tuple[str, ...]) -> Iterator[dict]:
     """Every task message the broker holds for `queues`: waiting in line, or (Redis) taken by a worker and not
     yet acknowledged. Each is kombu's envelope (`headers`, `body`, `properties`); `task_arguments` opens one."""

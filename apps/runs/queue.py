@@ -24,6 +24,11 @@ def enqueue(run_id: UUID | str, *, resume: bool = False) -> None:
     (tasks.resume_run if resume else tasks.execute_run).delay(str(run_id))
 
 
+def messages_in_line() -> int:
+    """How many messages the run queues hold (an upper bound: see core.selectors.message_count)."""
+    return broker.message_count((RESUME_QUEUE, "runs"))
+
+
 def runs_in_line() -> set[str]:
     """The ids of the runs that have a task message in the broker (waiting on `runs` or `resume`, or taken by a
     worker and not yet acknowledged). Read when the sweeper finds queued runs nobody has touched for a while:

@@ -63,7 +63,7 @@ def test_the_lost_worker_can_no_longer_write_once_its_run_was_swept(desk):
     assert "hijacked" not in Run.objects.get(id=run.id).state
 
 
-def test_a_queued_run_whose_message_was_lost_is_enqueued_again_once_per_period(desk, settings):
+def test_a_queued_run_whose_message_was_lost_is_enqueued_again_once_per_period(desk, settings, own_broker):
     settings.AIRLOCK_RUN_REQUEUE_AFTER_S = 60
     run = lost_run(desk)
     Run.objects.filter(id=run.id).update(status="queued", lease_owner="", lease_expires_at=None,
@@ -154,3 +154,25 @@ def test_the_embedded_broker_s_waiting_runs_are_found_in_its_folder(desk, settin
         tasks.resume_run.apply_async((str(resumed.id),), connection=conn, queue="resume")
     settings.REDIS_URL, settings.BROKER_DIR = "", tmp_path
     assert queue.runs_in_line() == {str(waiting.id), str(resumed.id)}
+
+
+def test_a_lost_message_hidden_behind_another_run_s_duplicate_is_found_once_that_drains(desk, settings, own_broker):
+    """The broker is read only when it holds fewer run messages than there are queued runs. A duplicate of another
+    run's message can hide a lost one for a while; the lost run is enqueued again once the duplicate is gone."""
+    from apps.runs import tasks
+
+    connection, client, prefix = own_broker
+    settings.AIRLOCK_RUN_REQUEUE_AFTER_S = 60
+    crew = lookups(desk)
+    lost, other = lost_run(desk, crew), lost_run(desk, crew)
+    Run.objects.filter(id__in=[lost.id, other.id]).update(status="queued", lease_owner="", lease_expires_at=None)
+    for _ in range(2):  # the other run's message, twice; none for the lost one
+        tasks.execute_run.apply_async((str(other.id),), connection=connection)
+    aged = timezone.now() - timedelta(seconds=61)
+    Run.objects.filter(id__in=[lost.id, other.id]).update(updated_at=aged)
+    assert run_worker.sweep_stuck_runs() == 0  # two messages, two queued runs: nothing is surely lost yet
+
+    client.rpop(f"{prefix}runs")  # a worker takes one of the duplicates
+    Run.objects.filter(id__in=[lost.id, other.id]).update(updated_at=aged)
+    assert run_worker.sweep_stuck_runs() == 1
+    assert Run.objects.get(id=lost.id).updated_at > aged and Run.objects.get(id=other.id).updated_at > aged
