@@ -9,18 +9,32 @@ first message that differs: the rows before it stay as they are.
 A tool's answer carries the result text the ledger row already keeps (`ToolCall.result`); its part's metadata
 says where (apps/runs/engine/tools.ledger_text_at). Stored, the text is cut out of the answer and put back from
 the ledger when read, so each result is written once (a 2 KB result was written twice a step, both copies in
-TOAST: the largest part of a step's WAL). Every read here gives the conversation back exactly as dumped."""
+TOAST: the largest part of a step's WAL). A dumped message also spells out every field of its classes, most at
+their defaults (a response's dozen empty provider fields, its usage's zero counters: ~1 KB around ~200 bytes of
+content); stored, a field equal to its class's default is left out and put back when read. Every read here gives
+the conversation back exactly as dumped."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import typing
 from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
 from django.db import connection
 from django.utils import timezone
-from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+from pydantic.fields import FieldInfo
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelRequest,
+    ModelRequestPart,
+    ModelResponse,
+    ModelResponsePart,
+)
+from pydantic_ai.usage import RequestUsage
 
 from apps.core.rows import Inserts
 from apps.runs.models import RunMessage, RunStep, ToolCall
@@ -60,8 +74,10 @@ def conversations(turn_ids: Iterable[Any]) -> dict[str, list[dict[str, Any]]]:
 
 def as_dumped(payloads: list[dict[str, Any]], run_id: Any, *,
               texts: dict[str, str | None] | None = None) -> list[dict[str, Any]]:
-    """A turn's stored messages as they were dumped: each tool answer's result text put back from its ledger row,
-    one of the run's own (from `texts`, call id -> result text, when the caller read them already)."""
+    """A turn's stored messages as they were dumped: the fields left out at their defaults put back, and each tool
+    answer's result text from its ledger row, one of the run's own (from `texts`, call id -> result text, when the
+    caller read them already)."""
+    payloads = [expanded(payload) for payload in payloads]
     cut = list(_cut(payloads))
     if not cut:
         return payloads
@@ -126,7 +142,7 @@ def _stored(payload: dict[str, Any], run_id: str) -> dict[str, Any]:
     those stay whole in the fork."""
     parts = payload.get("parts")
     if not isinstance(parts, list) or not any(_ref(part, cut=False) for part in parts):
-        return payload
+        return compacted(payload)
     out = []
     for part in parts:
         if (ref := _ref(part, cut=False)) is not None and ref.get("run") == run_id:
@@ -134,7 +150,97 @@ def _stored(payload: dict[str, Any], run_id: str) -> dict[str, Any]:
             part = {**part, "content": content[:at] + content[at + length:],
                     "metadata": {**part["metadata"], LEDGER_TEXT: {**ref, "cut": True}}}
         out.append(part)
-    return {**payload, "parts": out}
+    return compacted({**payload, "parts": out})
+
+
+# --- fields at their defaults ------------------------------------------------------------------------------
+# Keyed by the discriminator a dumped object carries ("kind" of a message, "part_kind" of a part; "usage" for a
+# response's usage): {field: default} for the fields whose default is a plain JSON value (None, a bool, number or
+# string) or an empty dict or list. Read off pydantic-ai's own classes, so a field a new release adds is covered;
+# the discriminators themselves are always kept (the reader needs them to know the class), and where several
+# classes share one (a typed tool part and its base) only the defaults they all have are left out.
+
+def _json_defaults(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls, include_extras=True)
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(cls):
+        if field.name in ("kind", "part_kind") or not _dumped_as_named(hints.get(field.name)):
+            continue
+        if field.default is None or type(field.default) in (bool, int, float, str):
+            out[field.name] = field.default
+        elif field.default_factory in (dict, list) or typing.get_origin(field.default_factory) in (dict, list):
+            out[field.name] = field.default_factory()
+    return out
+
+
+def _dumped_as_named(hint: Any) -> bool:
+    """Whether a field is always dumped under its own name: not one pydantic leaves out (`exclude`, `exclude_if`:
+    putting it back would add what was never there) or renames (an alias)."""
+    for meta in typing.get_args(hint)[1:] if typing.get_origin(hint) is typing.Annotated else ():
+        if isinstance(meta, FieldInfo) and (meta.exclude or meta.exclude_if is not None or meta.alias
+                                            or meta.serialization_alias):
+            return False
+    return True
+
+
+def _classes(union: Any) -> Iterable[type]:
+    """The dataclasses of an annotated, tagged union (pydantic-ai's part types)."""
+    for member in typing.get_args(typing.get_args(union)[0]):
+        cls = typing.get_args(member)[0] if typing.get_origin(member) is typing.Annotated else member
+        if dataclasses.is_dataclass(cls):
+            yield cls
+
+
+@functools.cache
+def _defaults() -> dict[tuple[str, Any], dict[str, Any]]:
+    table = {("kind", cls.kind): _json_defaults(cls) for cls in (ModelRequest, ModelResponse)}
+    for cls in (*_classes(ModelRequestPart), *_classes(ModelResponsePart)):
+        kind = ("part_kind", next(field.default for field in dataclasses.fields(cls) if field.name == "part_kind"))
+        defaults = _json_defaults(cls)
+        if kind in table:  # subclasses share their base's part_kind (told apart by tool_kind): what all agree on
+            defaults = {key: value for key, value in defaults.items()
+                        if key in table[kind] and _same(table[kind][key], value)}
+        table[kind] = defaults
+    table[("usage", None)] = _json_defaults(RequestUsage)
+    return table
+
+
+def _same(value: Any, default: Any) -> bool:
+    """Equal and of the same JSON type (0 and 0.0 are one number; False is not 0)."""
+    return value == default and (type(value) is type(default) or {type(value), type(default)} <= {int, float})
+
+
+def _slim(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in data.items() if key not in defaults or not _same(value, defaults[key])}
+
+
+def compacted(payload: dict[str, Any]) -> dict[str, Any]:
+    """A dumped message without the fields at their class's default (`expanded` puts them back)."""
+    table = _defaults()
+    out = _slim(payload, table.get(("kind", payload.get("kind")), {}))
+    if isinstance(parts := payload.get("parts"), list):
+        out["parts"] = [_slim(part, table.get(("part_kind", part.get("part_kind")), {}))
+                        if isinstance(part, dict) else part for part in parts]
+    if isinstance(usage := payload.get("usage"), dict):
+        out["usage"] = _slim(usage, table[("usage", None)])
+    return out
+
+
+def _full(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
+    return {**{key: value.copy() if isinstance(value, dict | list) else value for key, value in defaults.items()},
+            **data}
+
+
+def expanded(payload: dict[str, Any]) -> dict[str, Any]:
+    """A stored message as dumped: every field left out at its default put back (a whole one is unchanged)."""
+    table = _defaults()
+    out = _full(payload, table.get(("kind", payload.get("kind")), {}))
+    if isinstance(parts := payload.get("parts"), list):
+        out["parts"] = [_full(part, table.get(("part_kind", part.get("part_kind")), {}))
+                        if isinstance(part, dict) else part for part in parts]
+    if isinstance(usage := payload.get("usage"), dict):
+        out["usage"] = _full(usage, table[("usage", None)])
+    return out
 
 
 # --- writes ----------------------------------------------------------------------------------------------

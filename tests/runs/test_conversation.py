@@ -9,7 +9,7 @@ from pydantic_ai.messages import ModelRequest, ModelResponse, UserPromptPart
 from apps.audit.redaction import redact
 from apps.runs import services, worker
 from apps.runs.history import run_trace
-from apps.runs.messages import dump_messages, load_messages, turn_messages
+from apps.runs.messages import compacted, dump_messages, load_messages, turn_messages
 from apps.runs.models import RunMessage, RunStep
 from apps.runs.store.run_store import RunStore
 
@@ -36,7 +36,7 @@ def test_a_finished_run_s_conversation_reads_back_whole_in_order_and_in_its_expo
     rows = stored(turn)
     assert [seq for _, seq, _, _ in rows] == list(range(len(rows))) and len(rows) >= 4  # prompt, call, result, answer
     history = load_messages(turn_messages(turn))
-    assert dump_messages(history) == [payload for _, _, payload, _ in rows]
+    assert [compacted(payload) for payload in dump_messages(history)] == [payload for _, _, payload, _ in rows]
     assert isinstance(history[0], ModelRequest) and isinstance(history[-1], ModelResponse)
     exported = {s["id"]: s["messages"] for s in run_trace(turn.run)["steps"]}
     assert exported[str(turn.id)] == redact(turn_messages(turn))  # the export masks secrets, as every trace
@@ -53,7 +53,7 @@ def test_a_step_appends_its_messages_and_leaves_the_earlier_rows_untouched(desk)
 
     after = stored(turn)
     assert after[:len(before)] == before  # same rows: ids, payloads, times
-    assert len(after) == len(before) + 1 and after[-1][2] == dump_messages([note])[0]
+    assert len(after) == len(before) + 1 and after[-1][2] == compacted(dump_messages([note])[0])
     assert load_messages(turn_messages(turn))[-1] == note
     assert RunStore(turn.run_id, "").messages(turn) == store.messages(turn)  # a new store reads the same
 
