@@ -28,7 +28,8 @@ class AppendOnlyQuerySet(models.QuerySet):
 
 class AuditEvent(models.Model):
     id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
-    org = models.ForeignKey("accounts.Organization", null=True, on_delete=models.PROTECT, related_name="+")
+    org = models.ForeignKey("accounts.Organization", null=True, on_delete=models.PROTECT, related_name="+",
+                            db_index=False)  # audit_event_org_seq and the other indexes lead with it
     seq = models.PositiveBigIntegerField()
     created_at = models.DateTimeField()
     action = models.CharField(max_length=80)

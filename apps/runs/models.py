@@ -55,6 +55,9 @@ class RunOrigin(models.TextChoices):
 
 
 class Run(TenantModel):
+    # No index on `org` alone, here and on RunStep, UsageRecord and AuditEvent: the table's other indexes lead with
+    # it and serve every lookup by organisation; one of its own would only be written, at each of a run's steps.
+    org = models.ForeignKey("accounts.Organization", on_delete=models.CASCADE, related_name="+", db_index=False)
     crew = models.ForeignKey("crews.Crew", on_delete=models.SET_NULL, null=True, blank=True, related_name="runs")
     crew_name = models.CharField(max_length=100)
     status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.QUEUED)
@@ -136,7 +139,9 @@ class StepKind(models.TextChoices):
 
 class RunStep(TenantModel):
     # db_index=False here, on ToolCall.run and on RunEvent.run: each table's unique key leads with `run`, which
-    # serves every lookup by run; an index on `run` alone would only be written, on the engine's every step.
+    # serves every lookup by run; an index on `run` alone would only be written, on the engine's every step. No
+    # lookup is by organisation alone: steps are read by run.
+    org = models.ForeignKey("accounts.Organization", on_delete=models.CASCADE, related_name="+", db_index=False)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="steps", db_index=False)
     parent = models.ForeignKey("self", on_delete=models.CASCADE, null=True, blank=True, related_name="children")
     position = models.PositiveIntegerField()  # order within the run
