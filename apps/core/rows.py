@@ -101,7 +101,7 @@ class Inserts:
     def __init__(self, model: type[Model], *, using: str = "default") -> None:
         quote = connections[using].ops.quote_name
         self.model, self.using = model, using
-        self.fields = list(model._meta.concrete_fields)
+        self.fields = [field for field in model._meta.concrete_fields if not field.generated]  # the database's own
         self._head = (f"INSERT INTO {quote(model._meta.db_table)} "  # noqa: S608 (names from the model only)
                       f"({', '.join(quote(field.column) for field in self.fields)}) VALUES ")
         self._row = f"({', '.join(['%s'] * len(self.fields))})"

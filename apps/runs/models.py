@@ -212,8 +212,9 @@ ANSWERED = frozenset({CallState.DENIED, CallState.REJECTED, CallState.EXPIRED, C
 
 
 class ToolCall(TenantModel):
-    # No index of its own: `tool_call_org_state` leads with the org. The ledger is the largest table a run
-    # writes to, and every index of a row is written twice per call (its completion is not a HOT update).
+    # No index of its own: `tool_call_org_recent` leads with the org. The ledger is the largest table a run
+    # writes to: no index names a column a call's life changes (`state`, `finished_at`, `result`), so its
+    # completion is updated in place (a HOT update) instead of adding an entry to each index again.
     org = models.ForeignKey("accounts.Organization", on_delete=models.CASCADE, related_name="+", db_index=False)
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="ledger", db_index=False)
     step = models.ForeignKey(RunStep, on_delete=models.CASCADE, related_name="tool_calls")  # the llm step
@@ -242,11 +243,18 @@ class ToolCall(TenantModel):
     dispatched_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     resolved_by = models.CharField(max_length=200, blank=True)  # a person who resolved an `unknown`
+    # Whether nobody knows if the call happened (`state` is `unknown`), kept by the database from `state`: the
+    # inbox's index of such calls names this column, whose value a call's usual life (proposed, dispatched,
+    # succeeded) never changes, where an index naming `state` would make every transition a new index entry.
+    outcome_unknown = models.GeneratedField(expression=Q(state=CallState.UNKNOWN), output_field=models.BooleanField(),
+                                            db_persist=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "step", "call_id"], name="tool_call_ledger_key")]
         indexes = [models.Index(fields=["run", "qualified_name", "args_hash"], name="tool_call_fingerprint"),
-                   models.Index(fields=["org", "state"], name="tool_call_org_state")]
+                   models.Index(fields=["org", "-created_at"], name="tool_call_org_recent"),
+                   models.Index(fields=["org", "created_at"], condition=Q(outcome_unknown=True),
+                                name="tool_call_org_unknown")]
         ordering = ["step__position", "position"]
 
     def __str__(self) -> str:

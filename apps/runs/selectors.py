@@ -140,7 +140,9 @@ def org_tool_calls(*, org_id: UUID | str, state: str | None = None,
     """The organisation's ledger rows, newest first, optionally in one state (e.g. `unknown`: a call
     a worker sent and never heard back about, waiting for a person to say whether it happened)."""
     rows = ToolCall.objects.filter(org_id=org_id).select_related("run").defer("run__snapshot", "run__state")
-    if state:
+    if state == CallState.UNKNOWN:
+        rows = rows.filter(outcome_unknown=True)  # the same rows, as the inbox's index of them names them
+    elif state:
         rows = rows.filter(state=state)
     if run_id:
         rows = rows.filter(run_id=run_id)
@@ -149,7 +151,7 @@ def org_tool_calls(*, org_id: UUID | str, state: str | None = None,
 
 def unknown_call_count(org_id: UUID | str) -> int:
     """Tool calls waiting for a person to say whether they happened (counted in the inbox badge)."""
-    return ToolCall.objects.filter(org_id=org_id, state=CallState.UNKNOWN).count()
+    return ToolCall.objects.filter(org_id=org_id, outcome_unknown=True).count()
 
 
 def unknown_calls(*, org_id: UUID | str, crew_id: UUID | str | None = None, agent_id: UUID | str | None = None,
