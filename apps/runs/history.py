@@ -42,9 +42,11 @@ from apps.runs.models import Run, RunEvent, RunStep, StepKind, ToolCall
 # Must match the GIN index expression in migration 0003 for Postgres to use it.
 SEARCH_DOCUMENT = "to_tsvector('simple'::regconfig, coalesce(\"runs_run\".\"output\", '') || ' ' || " \
                   "\"runs_run\".\"inputs\"::text)"
-SORTS = {"newest": ("-created_at",), "oldest": ("created_at",), "cost": (F("cost_usd").desc(nulls_last=True),
-                                                                         "-created_at"),
-         "tokens": ("-tokens_in", "-created_at"), "status": ("status", "-created_at")}
+# Cost and tokens sort ended runs by their final figures; runs still going (whose figures move at every model call)
+# and runs with a call of unknown price come after them, newest first.
+SORTS = {"newest": ("-created_at",), "oldest": ("created_at",),
+         "cost": (F("final_cost_usd").desc(nulls_last=True), "-created_at"),
+         "tokens": (F("final_tokens_in").desc(nulls_last=True), "-created_at"), "status": ("status", "-created_at")}
 
 
 @dataclass(frozen=True)
@@ -367,8 +369,9 @@ class Outcomes:
 
 def successful_run_cost(*, org_id: UUID | str, since: datetime, until: datetime) -> Outcomes:
     runs = Run.objects.filter(org_id=org_id, created_at__gte=since, created_at__lt=until, status="succeeded")
-    # count(*) and cost_usd only: an index-only scan of run_org_status, which includes cost_usd on Postgres
-    totals = runs.aggregate(n=Count("*"), priced=Count("cost_usd"), cost=Sum("cost_usd"))
+    # count(*) and the final cost only (a succeeded run's cost): an index-only scan of run_org_status, which
+    # includes it on Postgres
+    totals = runs.aggregate(n=Count("*"), priced=Count("final_cost_usd"), cost=Sum("final_cost_usd"))
     return Outcomes(succeeded=totals["n"], cost_usd=totals["cost"], unknown_runs=totals["n"] - totals["priced"])
 
 

@@ -17,7 +17,7 @@ import uuid
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, Q, When
 from django.utils import timezone
 
 from apps.core.models import TenantModel
@@ -83,6 +83,16 @@ class Run(TenantModel):
     tokens_cached = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True, default=0)
     cost_unknown_calls = models.PositiveIntegerField(default=0)  # model calls with no known price
+    # The cost and input tokens once the run has ended (NULL before), kept by the database from the counters above:
+    # what the list's cost and token sorts and the costs page order by. The counters change at every model call;
+    # while an index named them, each step's update of the run added an entry to every one of its indexes, where
+    # these change once, when the run ends.
+    final_cost_usd = models.GeneratedField(
+        expression=Case(When(status__in=sorted(FINISHED), then=F("cost_usd")), default=None),
+        output_field=models.DecimalField(max_digits=14, decimal_places=8, null=True), db_persist=True)
+    final_tokens_in = models.GeneratedField(
+        expression=Case(When(status__in=sorted(FINISHED), then=F("tokens_in")), default=None),
+        output_field=models.PositiveIntegerField(null=True), db_persist=True)
     cancel_requested = models.BooleanField(default=False)
     tainted = models.BooleanField(default=False)  # read untrusted content: every write needs a person
     # The run's writes that did not go through (apps/runs/outcome.py), set when it finishes: what the system
@@ -106,14 +116,14 @@ class Run(TenantModel):
                                                name="run_org_idempotency_key")]
         indexes = [
             models.Index(fields=["org", "-created_at"], name="run_org_created"),
-            models.Index(fields=["org", "status", "-created_at"], include=["cost_usd"], name="run_org_status"),
+            models.Index(fields=["org", "status", "-created_at"], include=["final_cost_usd"], name="run_org_status"),
             models.Index(fields=["org", "crew", "-created_at"], name="run_org_crew"),
             models.Index(fields=["status", "lease_expires_at"], name="run_lease"),
             # run history (apps/runs/history.py): who started it; Postgres-only search and held/findings/agent
             # indexes are in migration 0003
             models.Index(fields=["org", "started_by", "-created_at"], name="run_org_started_by"),
-            # The list's cost and token sorts have Postgres-only indexes in exactly history.SORTS' order (migration
-            # 0014: SQLite refuses NULLS LAST in an index).
+            # The list's cost and token sorts have Postgres-only indexes in exactly history.SORTS' order (migrations
+            # 0014 and 0018: SQLite refuses NULLS LAST in an index).
         ]
         ordering = ["-created_at"]
 
