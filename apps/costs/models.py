@@ -54,8 +54,8 @@ class UsageRecord(TenantModel):
     class Meta:
         indexes = [
             models.Index(fields=["org", "run_id"], name="usage_org_run"),
-            models.Index(fields=["org", "agent_id", "created_at"], name="usage_org_agent"),
-            models.Index(fields=["org", "crew_id", "created_at"], name="usage_org_crew"),
+            # No (org, agent) or (org, crew) index: spend by crew or agent is read from DailySpend, and a partial day
+            # from the date range's covering index, which includes both.
             # (org, created_at) is not declared here: on Postgres, migration 0002's covering index
             # (org, created_at) INCLUDE (...) serves it, and the costs page reads a date range from the index alone
             # (bench/history.py shows the plan); elsewhere (SQLite) migration 0005 keeps a plain one.

@@ -241,8 +241,10 @@ class ToolCall(TenantModel):
     decision = models.CharField(max_length=8, blank=True)  # allow / hold / deny (policy)
     rule = models.CharField(max_length=40, blank=True)
     reason = models.TextField(blank=True)  # the policy's reason, or the reviewer's comment
+    # Indexed only where set (`tool_call_approval`): most calls are never held, and an entry for each NULL would
+    # only be written.
     approval = models.ForeignKey("approvals.ApprovalRequest", on_delete=models.SET_NULL, null=True, blank=True,
-                                 related_name="+")
+                                 related_name="+", db_index=False)
     result = models.JSONField(null=True, blank=True)  # size-capped: {"is_error", "text", "structured", "truncated"}
     error = models.TextField(blank=True)
     error_class = models.CharField(max_length=12, blank=True)
@@ -263,6 +265,7 @@ class ToolCall(TenantModel):
         constraints = [models.UniqueConstraint(fields=["run", "step", "call_id"], name="tool_call_ledger_key")]
         indexes = [models.Index(fields=["run", "qualified_name", "args_hash"], name="tool_call_fingerprint"),
                    models.Index(fields=["org", "-created_at"], name="tool_call_org_recent"),
+                   models.Index(fields=["approval"], condition=Q(approval__isnull=False), name="tool_call_approval"),
                    models.Index(fields=["org", "created_at"], condition=Q(outcome_unknown=True),
                                 name="tool_call_org_unknown")]
         ordering = ["step__position", "position"]
