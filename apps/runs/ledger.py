@@ -51,7 +51,7 @@ APPROVAL_TTL = timedelta(hours=24)
 _APPEND_SQL = """
 WITH next AS (UPDATE runs_run SET last_seq = last_seq + 1 WHERE id = %s RETURNING last_seq)
 INSERT INTO runs_runevent (run_id, seq, type, data, at) SELECT %s, last_seq, %s, %s::jsonb, %s FROM next
-RETURNING id, seq
+RETURNING seq
 """
 
 
@@ -65,7 +65,7 @@ def append_event(run_id: UUID | str, type: str, **data: Any) -> RunEvent:
             row = cursor.fetchone()
         if row is None:
             raise Run.DoesNotExist(f"No run {run_id}.")
-        event = RunEvent(id=row[0], run_id=run_id, seq=row[1], type=type, data=data, at=at)
+        event = RunEvent(run_id=run_id, seq=row[0], type=type, data=data, at=at)
     else:
         with transaction.atomic(savepoint=False):
             run = Run.objects.select_for_update().only("id", "org_id", "last_seq").get(id=run_id)
