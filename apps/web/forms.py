@@ -68,7 +68,8 @@ class RunFilterForm(forms.Form):
     findings = forms.BooleanField(required=False)
     attention = forms.BooleanField(required=False)
     sort = forms.ChoiceField(required=False, choices=[("newest", "Newest"), ("oldest", "Oldest"),
-                                                      ("cost", "Cost"), ("tokens", "Tokens"), ("status", "Status")])
+                                                      ("cost", "Final cost"), ("tokens", "Final tokens"),
+                                                      ("status", "Status")])  # cost and tokens: ended runs first
     page = forms.IntegerField(required=False, min_value=1)
 
 
