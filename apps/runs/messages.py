@@ -214,15 +214,15 @@ def _slim(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in data.items() if key not in defaults or not _same(value, defaults[key])}
 
 
-def compacted(payload: dict[str, Any]) -> dict[str, Any]:
-    """A dumped message without the fields at their class's default (`expanded` puts them back)."""
+def _each_object(payload: dict[str, Any], apply: Any) -> dict[str, Any]:
+    """`apply(data, defaults)` to the message, each of its parts and its usage, each with its class's defaults."""
     table = _defaults()
-    out = _slim(payload, table.get(("kind", payload.get("kind")), {}))
+    out = apply(payload, table.get(("kind", payload.get("kind")), {}))
     if isinstance(parts := payload.get("parts"), list):
-        out["parts"] = [_slim(part, table.get(("part_kind", part.get("part_kind")), {}))
+        out["parts"] = [apply(part, table.get(("part_kind", part.get("part_kind")), {}))
                         if isinstance(part, dict) else part for part in parts]
     if isinstance(usage := payload.get("usage"), dict):
-        out["usage"] = _slim(usage, table[("usage", None)])
+        out["usage"] = apply(usage, table[("usage", None)])
     return out
 
 
@@ -231,16 +231,14 @@ def _full(data: dict[str, Any], defaults: dict[str, Any]) -> dict[str, Any]:
             **data}
 
 
+def compacted(payload: dict[str, Any]) -> dict[str, Any]:
+    """A dumped message without the fields at their class's default (`expanded` puts them back)."""
+    return _each_object(payload, _slim)
+
+
 def expanded(payload: dict[str, Any]) -> dict[str, Any]:
     """A stored message as dumped: every field left out at its default put back (a whole one is unchanged)."""
-    table = _defaults()
-    out = _full(payload, table.get(("kind", payload.get("kind")), {}))
-    if isinstance(parts := payload.get("parts"), list):
-        out["parts"] = [_full(part, table.get(("part_kind", part.get("part_kind")), {}))
-                        if isinstance(part, dict) else part for part in parts]
-    if isinstance(usage := payload.get("usage"), dict):
-        out["usage"] = _full(usage, table[("usage", None)])
-    return out
+    return _each_object(payload, _full)
 
 
 # --- writes ----------------------------------------------------------------------------------------------

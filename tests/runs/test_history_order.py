@@ -12,8 +12,9 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from apps.runs import history
+from apps.runs import history, ledger
 from apps.runs.history import RunFilters
+from apps.runs.ledger import Totals
 from apps.runs.models import FINISHED, Run
 
 pytestmark = pytest.mark.django_db
@@ -79,11 +80,12 @@ def test_the_cost_and_token_sorts_put_the_most_first_then_runs_still_going_and_u
 
 
 def test_a_run_takes_its_place_in_the_cost_and_token_sorts_when_it_ends(org, runs):
-    going = next(r for r in runs if r.status == "running")
-    Run.objects.filter(id=going.id).update(cost_usd=Decimal(99), tokens_in=999)  # its counters move as it runs
+    going = next(r for r in runs if r.status == "running" and r.cost_usd is not None)
+    ledger.append_events(going.id, [("llm.completed", {"tokens_in": 999})],  # its counters move as it runs
+                         Totals(tokens_in=999 - going.tokens_in, cost_usd=Decimal(99) - going.cost_usd))
     assert ids(history.search_runs(org_id=org.id, filters=RunFilters(sort="cost")))[0] != str(going.id)
 
-    Run.objects.filter(id=going.id).update(status="succeeded")
+    ledger.finish_run(going.id, org_id=org.id, status="succeeded")
     for sort in ("cost", "tokens"):
         assert ids(history.search_runs(org_id=org.id, filters=RunFilters(sort=sort)))[0] == str(going.id), sort
     assert history.successful_run_cost(org_id=org.id, since=timezone.now() - timedelta(days=1),
