@@ -37,17 +37,6 @@ def queue_depths() -> dict[str, int]:
     return {queue: waiting.get(queue, 0) for queue in QUEUES}
 
 
-def message_count(queues: tuple[str, ...]) -> int:
-    """How many task messages the broker holds for `queues`, waiting or (Redis) taken and not yet acknowledged
-    (of any queue: the count is an upper bound), without reading them."""
-    if settings.REDIS_URL:
-        with _broker_redis() as (client, prefix):
-            waiting = sum(int(client.llen(f"{prefix}{queue}{suffix}")) for queue in queues
-                          for suffix in _PRIORITY_SUFFIXES)
-            return waiting + int(client.hlen(f"{prefix}unacked"))
-    return sum(1 for queue, _ in _folder_messages() if queue in queues)
-
-
 def waiting_messages(queues: tuple[str, ...]) -> Iterator[dict]:
     """Every task message the broker holds for `queues`: waiting in line, or (Redis) taken by a worker and not
     yet acknowledged. Each is kombu's envelope (`headers`, `body`, `properties`); `task_arguments` opens one."""
@@ -59,10 +48,7 @@ def waiting_messages(queues: tuple[str, ...]) -> Iterator[dict]:
                     while page := client.lrange(key, start, start + _PAGE - 1):  # a deep queue in pieces
                         yield from (json.loads(raw) for raw in page)
                         start += _PAGE
-            for raw in client.hvals(f"{prefix}unacked"):  # [envelope, exchange, routing key]
-                envelope, _, routing_key = json.loads(raw)
-                if routing_key in queues:
-                    yield envelope
+        yield from taken_messages(queues)
         return
     for queue, path in _folder_messages():
         if queue in queues:
@@ -70,6 +56,19 @@ def waiting_messages(queues: tuple[str, ...]) -> Iterator[dict]:
                 yield json.loads(path.read_bytes())
             except (OSError, ValueError):  # taken by a worker while we looked
                 continue
+
+
+def taken_messages(queues: tuple[str, ...]) -> Iterator[dict]:
+    """The task messages of `queues` a worker has taken and not yet acknowledged (Celery's late acknowledgement:
+    the task is running, or waits prefetched in the worker). Redis keeps them in one `unacked` hash for every
+    queue, a few per worker child; the embedded broker keeps none (its worker removes a message as it takes it)."""
+    if not settings.REDIS_URL:
+        return
+    with _broker_redis() as (client, prefix):
+        for raw in client.hvals(f"{prefix}unacked"):  # [envelope, exchange, routing key]
+            envelope, _, routing_key = json.loads(raw)
+            if routing_key in queues:
+                yield envelope
 
 
 def task_arguments(envelope: dict) -> tuple[str, list]:

@@ -24,17 +24,31 @@ def enqueue(run_id: UUID | str, *, resume: bool = False) -> None:
     (tasks.resume_run if resume else tasks.execute_run).delay(str(run_id))
 
 
-def messages_in_line() -> int:
-    """How many messages the run queues hold (an upper bound: see core.selectors.message_count)."""
-    return broker.message_count((RESUME_QUEUE, "runs"))
+RUN_QUEUES = (RESUME_QUEUE, "runs")
+
+
+def messages_waiting() -> int:
+    """How many messages wait in line on the run queues (read by count, not one by one)."""
+    depths = broker.queue_depths()
+    return sum(depths[queue] for queue in RUN_QUEUES)
+
+
+def runs_taken() -> set[str]:
+    """The ids of the runs whose task message a worker has taken and not yet acknowledged: running, or prefetched
+    by a worker child that will run it next. A few per worker child, so cheap to read whole."""
+    return _run_ids(broker.taken_messages(RUN_QUEUES))
 
 
 def runs_in_line() -> set[str]:
     """The ids of the runs that have a task message in the broker (waiting on `runs` or `resume`, or taken by a
     worker and not yet acknowledged). Read when the sweeper finds queued runs nobody has touched for a while:
     behind a deep backlog their messages are still in line, and only a run missing here was lost."""
+    return _run_ids(broker.waiting_messages(RUN_QUEUES))
+
+
+def _run_ids(envelopes) -> set[str]:
     ids = set()
-    for envelope in broker.waiting_messages((RESUME_QUEUE, "runs")):
+    for envelope in envelopes:
         task, args = broker.task_arguments(envelope)
         if task in RUN_TASKS and args:
             ids.add(str(args[0]))

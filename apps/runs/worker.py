@@ -22,7 +22,7 @@ from apps.runs.engine.errors import LeaseLost
 from apps.runs.engine.loop import STEPS_PER_TASK, advance
 from apps.runs.lease import SWEPT, LeaseHeartbeat, heartbeat_seconds, lease_seconds
 from apps.runs.models import Run, RunStatus
-from apps.runs.queue import enqueue, enqueue_on_commit, messages_in_line, runs_in_line
+from apps.runs.queue import enqueue, enqueue_on_commit, messages_waiting, runs_in_line, runs_taken
 from apps.runs.selectors import trace_parent
 from apps.runs.store.notices import ChangeNotices
 from apps.runs.store.run_store import RunStore
@@ -143,16 +143,23 @@ def _take_lost_messages(now) -> list:
 
     A queued run is also untouched while its message waits behind a backlog longer than the period (10,000
     runs started at once: bench/scale.py); enqueuing those again doubled the backlog. So the broker is asked
-    first how many messages the run queues hold: as many as there are queued runs, and every run may still have
-    its own in line, so none is taken for lost now; they are looked at again a period later (a lost one is found
-    once the backlog in front of it has drained). Fewer, and some run's message is surely gone: the messages
-    are read to find whose. Counting first matters: reading a deep queue each second, as runs keep crossing
-    the period, cost more than the backlog's own work."""
+    first, cheaply, how many messages a queued run may be waiting on: those in line on the run queues, and
+    those a worker has taken ahead (prefetched) for a run that is still queued. As many as there are queued
+    runs, and every run may still have its own, so none is taken for lost now; they are looked at again a
+    period later (a lost one is found once the backlog in front of it has drained). Fewer, and some run's
+    message is surely gone: the messages are read to find whose. Counting first matters: reading a deep queue
+    each second, as runs keep crossing the period, cost more than the backlog's own work. A taken message of a
+    running run, the sweep's own and other queues' are no queued run's: counted, they stood in for a lost run's
+    message for as long as the workers stayed busy (one lost run, and the sweep's own message hid it forever)."""
     lost_before = now - timedelta(seconds=requeue_after())
-    stale = Run.objects.filter(status=RunStatus.QUEUED, updated_at__lt=lost_before)
+    queued = Run.objects.filter(status=RunStatus.QUEUED)
+    stale = queued.filter(updated_at__lt=lost_before)
     if not stale.exists():
         return []
-    if messages_in_line() >= Run.objects.filter(status=RunStatus.QUEUED).count():
+    # The taken ones first: a message a worker takes between the two reads is then missed (which costs one read
+    # of the broker), never counted twice (which would hide a lost run for a period).
+    taken_ahead = queued.filter(id__in=runs_taken()).count()
+    if messages_waiting() + taken_ahead >= queued.count():
         stale.update(updated_at=now)
         return []
     in_line = sorted(runs_in_line())

@@ -176,3 +176,32 @@ def test_a_lost_message_hidden_behind_another_run_s_duplicate_is_found_once_that
     Run.objects.filter(id__in=[lost.id, other.id]).update(updated_at=aged)
     assert run_worker.sweep_stuck_runs() == 1
     assert Run.objects.get(id=lost.id).updated_at > aged and Run.objects.get(id=other.id).updated_at > aged
+
+
+def test_messages_that_are_no_queued_run_s_do_not_hide_a_lost_one(desk, settings, own_broker):
+    """What a worker holds for a running run, the sweep's own message (it runs on `default`, acknowledged late)
+    and another queue's are not in line for a queued run: one lost run behind them is enqueued again at once,
+    not once the workers fall idle. A run's message a worker took ahead (prefetched) still counts as its own."""
+    from apps.core import tasks as core_tasks
+    from apps.runs import tasks
+
+    connection, client, prefix = own_broker
+    settings.AIRLOCK_RUN_REQUEUE_AFTER_S = 60
+    crew = lookups(desk)
+    running, lost, prefetched = lost_run(desk, crew), lost_run(desk, crew), lost_run(desk, crew)
+    Run.objects.filter(id=running.id).update(lease_expires_at=timezone.now() + timedelta(minutes=5))
+    Run.objects.filter(id__in=[lost.id, prefetched.id]).update(status="queued", lease_owner="", lease_expires_at=None)
+    tasks.execute_run.apply_async((str(running.id),), connection=connection)
+    tasks.execute_run.apply_async((str(prefetched.id),), connection=connection)
+    tasks.sweep_stuck_runs.apply_async(connection=connection, queue="default")
+    core_tasks.record_worker_heartbeat.apply_async(connection=connection, queue="default")
+    with connection.channel() as channel:
+        for name in ("runs", "runs", "default", "default"):  # each taken by a worker and not yet acknowledged
+            assert channel.basic_get(name, no_ack=False) is not None
+        assert client.hlen(f"{prefix}unacked") == 4
+        aged = timezone.now() - timedelta(seconds=61)
+        Run.objects.filter(id__in=[lost.id, prefetched.id]).update(updated_at=aged)
+        assert run_worker.sweep_stuck_runs() == 1
+        assert Run.objects.get(id=lost.id).updated_at > aged  # the lost one, enqueued again
+        assert Run.objects.get(id=prefetched.id).updated_at > aged  # in line, taken ahead: left to its worker
+        assert queue.runs_taken() == {str(running.id), str(prefetched.id)}
