@@ -13,7 +13,7 @@ from decimal import Decimal
 from uuid import UUID
 
 import genai_prices
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from apps.costs.models import ModelPrice
@@ -63,7 +63,13 @@ def price_call(*, org_id: UUID | str, provider: str, model: str, input_tokens: i
 
 
 def find_override(*, org_id: UUID | str, provider: str, model: str, at: datetime | None = None) -> ModelPrice | None:
+    return override_query(org_id=org_id, provider=provider, model=model, at=at).first()
+
+
+def override_query(*, org_id: UUID | str, provider: str, model: str, at: datetime | None = None) -> QuerySet:
+    """The org's prices for the model in force at `at` (now), the one that applies first: the latest, and of two
+    from the same moment the one naming the provider over the one for any provider."""
     at = at or timezone.now()
     return (ModelPrice.objects.filter(org_id=org_id, model=model, effective_from__lte=at)
             .filter(Q(provider=provider) | Q(provider=""))
-            .order_by("-effective_from", "-provider").first())
+            .order_by("-effective_from", "-provider"))

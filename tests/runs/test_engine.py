@@ -298,3 +298,40 @@ def test_the_prompt_size_the_budget_check_uses_is_the_history_s_json_length_as_i
     store._history["turn"] = (stored, [])
     seen.append(store.history_chars(turn) == len(json.dumps(stored)))
     assert seen == [True, True, True]
+
+
+def test_a_run_s_books_and_limits_hold_across_its_tasks(desk, approver, actor):
+    """A task reads once what it keeps in memory for the run (the org's price, the run's usage so far, its
+    decided calls), together at its first model call. The task after a person's decision must read them as the
+    run left them: the org's price at every call, the run counted once in the daily rollup however many tasks
+    it took, and the calls made before the wait counted by the tool-call limit."""
+    from apps.costs import selectors as spend
+
+    costs.set_model_price(actor=actor, model="scripted", input_per_mtok=Decimal(1000), output_per_mtok=Decimal(2000),
+                          effective_from=timezone.now() - timedelta(hours=1))
+    run = start(desk, desk.refund_desk())
+    assert run.status == "waiting"
+    decisions.decide_approval(actor=member_actor(approver), approval_id=held(run).id, decision="approve")
+    run = run_worker.drive_run(run_id=run.id)
+    assert run.status == "succeeded", run.error
+    usage = list(UsageRecord.objects.filter(run_id=run.id))
+    assert len(usage) == 5 and all(row.price_source.startswith("override:") and row.cost_usd > 0 for row in usage)
+    assert run.cost_usd == sum(row.cost_usd for row in usage)
+    total = spend.spend_total(org_id=run.org_id)
+    assert (total.runs, total.calls, total.cost_usd) == (1, 5, run.cost_usd)
+    assert total == spend.spend_total(org_id=run.org_id, from_rows=True)
+
+    # A limit of two tool calls: a look-up, then the refund a person lets go; the next task's model asks for a
+    # third call, which the limit must stop, counting the two made before the wait.
+    refund = {"tool": "orders.refund_order", "args": {"order_id": "A-1001", "amount_cents": 500,
+                                                      "request_id": "limit-1"}}
+    agent = desk.agent("Limited", [{"call": [LOOK_UP]}, {"call": [refund]}, {"call": [LOOK_UP]},
+                                   {"say": "Done.\nSTATUS: done\nREASON: ok"}],
+                       [{"tool": "orders.get_order_status", "policy": "auto"},
+                        {"tool": "orders.refund_order", "policy": "approve"}])
+    limited = start(desk, desk.sequential("Limited", [("refund", agent, "Refund {order_id}.", [])], max_tool_calls=2))
+    assert limited.status == "waiting"
+    decisions.decide_approval(actor=member_actor(approver), approval_id=held(limited).id, decision="approve")
+    limited = run_worker.drive_run(run_id=limited.id)
+    assert limited.status == "limit_exceeded" and "Tool call limit" in limited.error, (limited.status, limited.error)
+    assert ToolCall.objects.filter(run=limited).exclude(state="proposed").count() == 2

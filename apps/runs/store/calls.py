@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
+from django.db.models import QuerySet
 from django.db.models.fields.json import KT
 from django.db.models.functions import Length
 from django.utils import timezone
@@ -98,9 +99,12 @@ class ToolCalls:
         """Read once per store; then `set_call` counts each row leaving `proposed` (this worker is the
         only one deciding this run's calls while it holds the lease)."""
         if self._decided is None:
-            self._decided = Counter(ToolCall.objects.filter(run_id=self.run_id).exclude(state=CallState.PROPOSED)
-                                    .values_list("qualified_name", "args_hash"))
+            self._decided = Counter(self._decided_query())
         return self._decided
+
+    def _decided_query(self) -> QuerySet:
+        return (ToolCall.objects.filter(run_id=self.run_id).exclude(state=CallState.PROPOSED)
+                .values_list("qualified_name", "args_hash").order_by())  # counted: no order, no join for one
 
     def count_calls(self) -> int:
         return sum(self._decided_calls().values())
@@ -281,11 +285,19 @@ class ToolCalls:
         if qualified_name not in self._tools:
             # Only what the policy and the call need: the rows' schemas, definitions and encrypted secrets
             # cost more to load than the query (the pool decrypts a server's secrets once per change).
-            tool, server, sql = live_tool_read()
-            live = None
-            for row in fetch(sql, [tool.param("org", self.run.org_id), qualified_name]):  # one at most
-                live = tool.instance(row[:len(tool)])
-                live.server = server.instance(row[len(tool):])
-            self._tools[qualified_name] = live
+            sql, params = self._live_tool_statement(qualified_name)
+            self._take_live_tool(qualified_name, fetch(sql, params))
         return self._tools[qualified_name]
+
+    def _live_tool_statement(self, qualified_name: str) -> tuple[str, list[Any]]:
+        tool, _, sql = live_tool_read()
+        return sql, [tool.param("org", self.run.org_id), qualified_name]
+
+    def _take_live_tool(self, qualified_name: str, rows: list[tuple]) -> None:
+        tool, server, _ = live_tool_read()
+        live = None
+        for row in rows:  # one at most
+            live = tool.instance(row[:len(tool)])
+            live.server = server.instance(row[len(tool):])
+        self._tools[qualified_name] = live
 
