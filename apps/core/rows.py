@@ -15,11 +15,11 @@ ORM does (`pre_save`, then `get_db_prep_save`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connections
-from django.db.models import Model, QuerySet
+from django.db.models import Model
 
 from apps.core.db import pipeline
 
@@ -45,21 +45,6 @@ def fetch_together(statements: Sequence[tuple[str, Sequence[Any]]], *, using: st
     for cursor in cursors:
         cursor.close()
     return found
-
-
-def compiled(queryset: QuerySet) -> tuple[str, Sequence[Any], Callable[[list[tuple]], list[tuple]]]:
-    """A `values_list` queryset (not flat) as the statement it runs, for `fetch_together`, and the way from its raw
-    rows to the tuples the queryset itself gives (the fields' converters: JSON, decimals, SQLite's UUIDs). For
-    reads whose filters are the ORM's to say (a price's precedence, a count's exclusions), not SQL written again."""
-    compiler = queryset.query.get_compiler(queryset.db)
-    sql, params = compiler.as_sql()
-
-    def convert(rows: list[tuple]) -> list[tuple]:
-        if compiler.has_extra_select:  # columns the ORM selects for its ordering only (as its execute_sql drops)
-            rows = [row[:compiler.col_count] for row in rows]
-        return list(compiler.results_iter(results=[rows], tuple_expected=True))
-
-    return sql, params, convert
 
 
 class Columns:

@@ -7,15 +7,16 @@ built in and free.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from uuid import UUID
 
 import genai_prices
-from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from apps.core.rows import Columns, fetch
 from apps.costs.models import ModelPrice
 
 # The note on the demo's example price (apps/demo seeds it): the costs page marks prices carrying it as not real.
@@ -63,13 +64,26 @@ def price_call(*, org_id: UUID | str, provider: str, model: str, input_tokens: i
 
 
 def find_override(*, org_id: UUID | str, provider: str, model: str, at: datetime | None = None) -> ModelPrice | None:
-    return override_query(org_id=org_id, provider=provider, model=model, at=at).first()
+    return override_from(fetch(*override_statement(org_id=org_id, provider=provider, model=model, at=at)))
 
 
-def override_query(*, org_id: UUID | str, provider: str, model: str, at: datetime | None = None) -> QuerySet:
-    """The org's prices for the model in force at `at` (now), the one that applies first: the latest, and of two
-    from the same moment the one naming the provider over the one for any provider."""
-    at = at or timezone.now()
-    return (ModelPrice.objects.filter(org_id=org_id, model=model, effective_from__lte=at)
-            .filter(Q(provider=provider) | Q(provider=""))
-            .order_by("-effective_from", "-provider"))
+def override_statement(*, org_id: UUID | str, provider: str, model: str, at: datetime | None = None
+                       ) -> tuple[str, list]:
+    """The read of the org's price for the model in force at `at` (now), the one that applies first: the latest,
+    and of two from the same moment the one naming the provider over the one for any provider. As a statement
+    (SQL built once per process: apps/core/rows.py) so that a worker can send it with its other reads;
+    `override_from` reads its rows."""
+    price, sql = _override_read()
+    return sql, [price.param("org", org_id), model, at or timezone.now(), provider]
+
+
+def override_from(rows: list[tuple]) -> ModelPrice | None:
+    return _override_read()[0].instance(rows[0]) if rows else None
+
+
+@functools.cache
+def _override_read() -> tuple[Columns, str]:
+    price = Columns(ModelPrice, [field.name for field in ModelPrice._meta.concrete_fields], "p")
+    return price, (f"SELECT {price.sql} FROM {price.table} p WHERE p.org_id = %s AND p.model = %s "  # noqa: S608
+                   "AND p.effective_from <= %s AND (p.provider = %s OR p.provider = '') "
+                   "ORDER BY p.effective_from DESC, p.provider DESC LIMIT 1")

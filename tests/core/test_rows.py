@@ -71,31 +71,3 @@ def test_an_expected_update_that_matches_no_row_fails_its_batch():
     with transaction.atomic(), pipeline():
         send_expected(update.sql, update.params({"latency_ms": 3}, {"id": record.id, "model": "gpt-4o"}))
     assert UsageRecord.objects.get(id=record.id).latency_ms == 3
-
-
-def test_a_compiled_queryset_read_with_others_gives_what_the_queryset_gives():
-    """`compiled` statements sent together (`fetch_together`) come back as the querysets' own tuples: the
-    fields' converters applied (decimals, UUIDs, dates, JSON), the columns the ORM adds for ordering only
-    dropped, a slice kept."""
-    from apps.core.rows import compiled, fetch_together
-    from apps.registry.models import McpServer
-
-    org = make_org()
-    McpServer.objects.create(org=org, name="files", transport="stdio", command="npx", args=["-y", "server"],
-                             env={"TOKEN": "kept secret"})
-    for n in range(3):
-        usage(org, model=f"m{n % 2}", cost_usd=Decimal(f"0.0000000{n + 1}")).save()
-    querysets = [
-        UsageRecord.objects.filter(org=org).values_list("id", "model", "cost_usd", "created_at"),
-        UsageRecord.objects.filter(org=org).values_list("model").distinct(),  # ordered by -created_at: extra column
-        UsageRecord.objects.filter(org=org).values_list("model", "latency_ms").order_by("model")[:1],
-        UsageRecord.objects.filter(org=org, model="none").values_list("model"),
-        McpServer.objects.filter(org=org, name="files").values_list("args", "env"),  # JSON, and JSON stored encrypted
-    ]
-    reads = [compiled(queryset) for queryset in querysets]
-    found = fetch_together([(sql, params) for sql, params, _ in reads])
-    for queryset, (_, _, convert), rows in zip(querysets, reads, found, strict=True):
-        assert convert(rows) == list(queryset)
-    assert reads[4][2](found[4]) == [(["-y", "server"], {"TOKEN": "kept secret"})]
-    assert {row[2] for row in reads[0][2](found[0])} == {Decimal("0.00000001"), Decimal("0.00000002"),
-                                                          Decimal("0.00000003")}

@@ -42,6 +42,33 @@ def test_an_override_applies_from_its_date_and_a_newer_one_replaces_it(org, owne
     assert old.source != new.source and new.source.startswith("override:")
 
 
+def test_the_price_that_applies_is_the_latest_and_of_two_from_one_moment_the_provider_s(org, owner):
+    """Which of the org's prices applies to a call (read by the web, the gateway and, sent with its other reads,
+    a run's worker): the latest in force at the call; at one moment, the one naming the call's provider over the
+    one for any provider; never a later price, another provider's or another organisation's."""
+    from apps.costs.pricing import find_override
+    from tests.factories import make_org, owner_of
+
+    actor, moment = member_actor(owner), NOW - timedelta(days=1)
+    for provider, price in (("", 1), ("openai", 2), ("anthropic", 3)):
+        services.set_model_price(actor=actor, model="m", provider=provider, input_per_mtok=Decimal(price),
+                                 output_per_mtok=Decimal(price), effective_from=moment)
+    services.set_model_price(actor=actor, model="m", input_per_mtok=Decimal(9), output_per_mtok=Decimal(9),
+                             effective_from=NOW + timedelta(days=1))
+    other = make_org("Initech")
+    services.set_model_price(actor=member_actor(owner_of(other)), model="m", provider="mistral",
+                             input_per_mtok=Decimal(7), output_per_mtok=Decimal(7), effective_from=NOW)
+
+    def applies(provider, at=NOW):
+        found = find_override(org_id=org.id, provider=provider, model="m", at=at)
+        return found and found.input_per_mtok
+
+    assert (applies("openai"), applies("anthropic"), applies("mistral")) == (2, 3, 1)
+    assert applies("openai", at=NOW + timedelta(days=2)) == 9  # the later one, once in force, for any provider
+    assert applies("openai", at=moment - timedelta(seconds=1)) is None
+    assert find_override(org_id=org.id, provider="openai", model="other", at=NOW) is None
+
+
 def _usage(org, *, at, crew, agent, run, model="my-llama", provider="openai_compatible", tokens=(1000, 0, 100)):
     return services.record_usage(org_id=org.id, provider=provider, model=model, input_tokens=tokens[0],
                                  cached_tokens=tokens[1], output_tokens=tokens[2], run_id=run, crew_id=crew,

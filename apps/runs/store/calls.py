@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.db.models import QuerySet
 from django.db.models.fields.json import KT
 from django.db.models.functions import Length
 from django.utils import timezone
@@ -27,7 +26,7 @@ from apps.registry.models import Tool
 from apps.runs import ledger
 from apps.runs.ledger import Decided
 from apps.runs.models import CallState, RunStep, ToolCall
-from apps.runs.store.reads import last_calls_read, live_tool_read
+from apps.runs.store.reads import decided_read, last_calls_read, live_tool_read
 
 AUDIT_ARGUMENTS_CAP = 4000  # characters of a call's arguments kept in its audit row (its args_hash is whole)
 
@@ -99,12 +98,18 @@ class ToolCalls:
         """Read once per store; then `set_call` counts each row leaving `proposed` (this worker is the
         only one deciding this run's calls while it holds the lease)."""
         if self._decided is None:
-            self._decided = Counter(self._decided_query())
+            self._take_decided(fetch(*self._decided_statement()))
         return self._decided
 
-    def _decided_query(self) -> QuerySet:
-        return (ToolCall.objects.filter(run_id=self.run_id).exclude(state=CallState.PROPOSED)
-                .values_list("qualified_name", "args_hash").order_by())  # counted: no order, no join for one
+    def _decided_statement(self) -> tuple[str, list[Any]]:
+        calls, sql = decided_read()
+        return sql, [calls.param("run", self.run_id), CallState.PROPOSED]
+
+    def _take_decided(self, rows: list[tuple]) -> None:
+        calls, _ = decided_read()
+        self._decided = Counter((found["qualified_name"], found["args_hash"])
+                                for found in (dict(zip(calls.attnames, calls.values(row), strict=True))
+                                              for row in rows))
 
     def count_calls(self) -> int:
         return sum(self._decided_calls().values())

@@ -6,6 +6,7 @@ import functools
 
 from apps.approvals.models import ApprovalRequest
 from apps.core.rows import Columns, Inserts
+from apps.costs.models import UsageRecord
 from apps.registry.models import McpServer, Tool
 from apps.registry.pool import LIVE_SERVER_FIELDS
 from apps.runs.models import Run, RunMessage, RunStep, ToolCall
@@ -26,6 +27,21 @@ def live_tool_read() -> tuple[Columns, Columns, str]:
     tool, server = Columns(Tool, LIVE_TOOL_FIELDS, "t"), Columns(McpServer, LIVE_SERVER_FIELDS, "s")
     return tool, server, (f"SELECT {tool.sql}, {server.sql} FROM {tool.table} t JOIN {server.table} s "  # noqa: S608
                           "ON s.id = t.server_id WHERE t.org_id = %s AND t.qualified_name = %s")
+
+
+# What a task reads once of the run for its books and limits (the store keeps them current after): the
+# (agent, provider, model) of its model calls so far, for the rollup's first-call counts, and the calls past
+# `proposed`, for the tool-call and repeat limits.
+@functools.cache
+def usage_read() -> tuple[Columns, str]:
+    usage = Columns(UsageRecord, ["agent_id", "provider", "model"], "u")
+    return usage, f"SELECT DISTINCT {usage.sql} FROM {usage.table} u WHERE u.org_id = %s AND u.run_id = %s"  # noqa: S608
+
+
+@functools.cache
+def decided_read() -> tuple[Columns, str]:
+    calls = Columns(ToolCall, ["qualified_name", "args_hash"], "t")
+    return calls, f"SELECT {calls.sql} FROM {calls.table} t WHERE t.run_id = %s AND t.state <> %s"  # noqa: S608
 
 
 # A new task's first reads of the turn in progress and its last model call's ledger rows (with their

@@ -21,7 +21,6 @@ from typing import Any
 from uuid import UUID
 
 from django.db import connection, transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 from pydantic_ai.messages import ModelMessage, ModelResponse
 
@@ -30,11 +29,11 @@ from apps.agents.providers import ConnectionSpec
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.audit.org_secrets import redact_outside
 from apps.core.db import NothingUpdated, end_transaction, pipeline, send_expected_update
-from apps.core.rows import compiled, fetch, fetch_together
+from apps.core.rows import fetch, fetch_together
 from apps.costs import selectors as costs_selectors
 from apps.costs import services as costs
-from apps.costs.models import ModelPrice, UsageRecord
-from apps.costs.pricing import find_override, override_query, price_call
+from apps.costs.models import ModelPrice
+from apps.costs.pricing import find_override, override_from, override_statement, price_call
 from apps.costs.rollup import FirstCalls
 from apps.registry import resources as registry_resources
 from apps.registry.models import Resource
@@ -52,6 +51,7 @@ from apps.runs.store.reads import (
     run_read,
     step_inserts,
     turn_read,
+    usage_read,
 )
 
 # A write held for the store's next transaction. It runs inside a batch (`_write_batch`, `_write_end`), so it
@@ -59,7 +59,6 @@ from apps.runs.store.reads import (
 # (and before COMMIT: a store with such a write pending sends its deferred writes on their own).
 Deferred = Callable[[], Callable[[], None] | None]
 
-PRICE_COLUMNS = [field.attname for field in ModelPrice._meta.concrete_fields]
 UNTRUSTED_KEPT = 256 * 1024  # characters of untrusted results kept per run for the copied-argument check
 
 
@@ -581,28 +580,22 @@ class RunStore(ToolCalls):
         and the granted tools' registry rows. Read one after the other where each is used, they made the task's
         first tool step ~3 ms slower than the next (bench/run.py, the p95 row). Each keeps its own read beside
         it, for the paths that come to it first (a resumed task dispatches a call before any model call)."""
-        reads: list[tuple[str, Any, Callable[[list[tuple]], None]]] = []
+        reads: list[tuple[tuple[str, list[Any]], Callable[[list[tuple]], None]]] = []
         if (provider, model) not in self._overrides:
-            sql, params, convert = compiled(override_query(org_id=self.run.org_id, provider=provider, model=model)
-                                            .values_list(*PRICE_COLUMNS)[:1])
-            reads.append((sql, params, lambda rows: self._overrides.__setitem__(
-                (provider, model), ModelPrice.from_db(ModelPrice.objects.db, PRICE_COLUMNS, convert(rows)[0])
-                if rows else None)))
+            reads.append((override_statement(org_id=self.run.org_id, provider=provider, model=model),
+                          lambda rows: self._overrides.__setitem__((provider, model), override_from(rows))))
         if self._used is None:
-            sql, params, convert = compiled(self._usage_query())
-            reads.append((sql, params, lambda rows: self._take_usage(convert(rows))))
+            reads.append((self._usage_statement(), self._take_usage))
         if calls and self._decided is None:
-            sql, params, convert = compiled(self._decided_query())
-            reads.append((sql, params, lambda rows: setattr(self, "_decided", Counter(convert(rows)))))
+            reads.append((self._decided_statement(), self._take_decided))
         granted = self.run.snapshot.get("tools", {})
         for name in {call["qualified_name"] for call in calls} - set(self._tools):
             if name in granted:
-                reads.append((*self._live_tool_statement(name),
+                reads.append((self._live_tool_statement(name),
                               lambda rows, name=name: self._take_live_tool(name, rows)))
         if len(reads) < 2:  # one read costs the same round trip where it is used
             return
-        for (_, _, take), rows in zip(reads, fetch_together([(sql, params) for sql, params, _ in reads]),
-                                      strict=True):
+        for (_, take), rows in zip(reads, fetch_together([statement for statement, _ in reads]), strict=True):
             take(rows)
 
     def _price_override(self, provider: str, model: str) -> ModelPrice | None:
@@ -615,22 +608,24 @@ class RunStore(ToolCalls):
         """Whether the next usage row is the run's first (overall, for the agent, model, provider): what the
         daily rollup counts runs by. The run's earlier calls are read once per store, then tracked here."""
         if self._used is None:
-            self._take_usage(list(self._usage_query()))
+            self._take_usage(fetch(*self._usage_statement()))
         keys = {"run": ("run", None), "agent": ("agent", agent_id), "provider": ("provider", provider),
                 "model": ("model", model)}
         firsts = FirstCalls(**{name: key not in self._used for name, key in keys.items()})
         self._used.update(keys.values())
         return firsts
 
-    def _usage_query(self) -> QuerySet:
-        return (UsageRecord.objects.filter(org_id=self.run.org_id, run_id=self.run_id)
-                .values_list("agent_id", "provider", "model").order_by().distinct())
+    def _usage_statement(self) -> tuple[str, list[Any]]:
+        usage, sql = usage_read()
+        return sql, [usage.param("org", self.run.org_id), usage.param("run_id", self.run_id)]
 
-    def _take_usage(self, used: list[tuple]) -> None:
+    def _take_usage(self, rows: list[tuple]) -> None:
         """The run's usage so far: (agent, provider, model) of its calls, none when it has made none."""
-        self._used = {("run", None)} if used else set()
-        self._used |= {(kind, value) for agent, provider, model in used
-                       for kind, value in (("agent", agent), ("provider", provider), ("model", model))}
+        usage, _ = usage_read()
+        self._used = {("run", None)} if rows else set()
+        for row in rows:
+            found = dict(zip(usage.attnames, usage.values(row), strict=True))
+            self._used |= {("agent", found["agent_id"]), ("provider", found["provider"]), ("model", found["model"])}
 
     def has_budgets(self, agent_id: str) -> bool:
         """Whether any budget counts this agent's calls (read once per store, i.e. per task: a budget
