@@ -74,7 +74,7 @@ def override_statement(*, org_id: UUID | str, provider: str, model: str, at: dat
     (SQL built once per process: apps/core/rows.py) so that a worker can send it with its other reads;
     `override_from` reads its rows."""
     price, sql = _override_read()
-    return sql, [price.param("org", org_id), model, at or timezone.now(), provider]
+    return sql, [price.param("org", org_id), model, price.param("effective_from", at or timezone.now()), provider]
 
 
 def override_from(rows: list[tuple]) -> ModelPrice | None:
