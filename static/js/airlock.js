@@ -52,6 +52,30 @@
       return;
     }
   });
+  // A live update that would replace an element while a request sent from inside it is still out (a decision's
+  // POST: the inbox socket re-renders its card the moment the decision commits, before the POST's own answer is
+  // back) waits for that answer. Replaced first, the answer found its card detached and swapped there, its
+  // out-of-band outcome (which takes the keyboard) with it: lost. A good answer is as new as the update, which
+  // is dropped; after a failed one the update is put in.
+  const waitingUpdates = new Map();
+  let socketMessage = false;  // only a socket's message waits: a request's own answer swaps its parts at once
+  document.addEventListener("htmx:wsBeforeMessage", function () { socketMessage = true; });
+  document.addEventListener("htmx:wsAfterMessage", function () { socketMessage = false; });
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    const target = event.detail.target;
+    if (!socketMessage || !target || !target.id || !target.querySelector(".htmx-request")) return;
+    event.detail.shouldSwap = false;
+    waitingUpdates.set(target.id, event.detail.fragment);
+    target.setAttribute("data-update-waiting", "");
+  });
+  document.addEventListener("htmx:afterRequest", function (event) {
+    const target = event.detail.target;
+    if (!target || !target.id || !waitingUpdates.has(target.id)) return;
+    const update = waitingUpdates.get(target.id);
+    waitingUpdates.delete(target.id);
+    const current = document.getElementById(target.id);
+    if (!event.detail.successful && current && window.htmx) window.htmx.swap(current, update, {swapStyle: "outerHTML"});
+  });
   // Content swapped in that names itself the next focus (a decision's outcome) takes the keyboard.
   document.addEventListener("htmx:afterSettle", function () {
     const next = document.querySelector("[data-focus-on-swap]");

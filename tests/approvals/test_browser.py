@@ -93,12 +93,19 @@ def test_another_approver_rejects_with_a_comment_and_reads_the_models_answer(
     run = start(desk, crew, {"order_id": "A-1002", "amount_cents": 900})
     item = page.get_by_test_id("approval")
     expect(item).to_be_visible(timeout=60_000)
+    # The inbox socket re-renders the card as the decision commits, and the decision's own answer may come after
+    # that (its after-commit work runs first). The answer is held here until the live update has come: it waits
+    # for the answer, which must still bring the decided card, the outcome and the keyboard, however late.
+    answers = []
+    page.route("**/inbox/*/decide/", lambda route: answers.append((route, route.fetch())))
     item.get_by_label("Comment").fill("Customer already got store credit")
     item.get_by_role("button", name="Reject").click()
+    expect(item).to_have_attribute("data-update-waiting", "")  # the live update came first
+    expect(page.get_by_test_id("decision-status")).to_have_count(0)
+    route, answer = answers[0]
+    route.fulfill(response=answer)
     expect(item.get_by_test_id("decided")).to_contain_text(f"Rejected by {other.user.email}")
-    # The card may be re-rendered by the inbox socket before the decision's own answer arrives (its
-    # after-commit work runs first): the outcome comes with that answer, however late.
-    expect(page.get_by_test_id("decision-status")).to_be_focused(timeout=30_000)  # the keyboard stays here
+    expect(page.get_by_test_id("decision-status")).to_be_focused()  # the keyboard stays here
     expect(page.get_by_test_id("decision-status")).to_contain_text("Rejected")
     page.goto(f"{live_url}/runs/{run.id}/")
     expect(page.locator("#run-header [data-status]")).to_have_text("succeeded", timeout=60_000)
