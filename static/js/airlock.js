@@ -58,9 +58,7 @@
   // out-of-band outcome (which takes the keyboard) with it: lost. A good answer is as new as the update, which
   // is dropped; after a failed one the update is put in.
   const waitingUpdates = new Map();
-  let socketMessage = false;  // only a socket's message waits: a request's own answer swaps its parts at once
-  document.addEventListener("htmx:wsBeforeMessage", function () { socketMessage = true; });
-  document.addEventListener("htmx:wsAfterMessage", function () { socketMessage = false; });
+  let socketMessage = false;  // only a socket's message waits (set below): a request's own answer swaps at once
   document.addEventListener("htmx:oobBeforeSwap", function (event) {
     const target = event.detail.target;
     if (!socketMessage || !target || !target.id || !target.querySelector(".htmx-request")) return;
@@ -103,6 +101,7 @@
   }
   let kept = null;
   document.addEventListener("htmx:wsBeforeMessage", function () {
+    socketMessage = true;
     kept = {values: new Map(), focus: document.activeElement && document.activeElement.id};
     document.querySelectorAll("input, textarea, select").forEach(function (el) {
       if (el.type === "hidden" || (!el.name && !el.id)) return;
@@ -112,6 +111,7 @@
     });
   });
   document.addEventListener("htmx:wsAfterMessage", function () {
+    socketMessage = false;
     if (!kept) return;
     const before = kept;
     kept = null;
