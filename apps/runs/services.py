@@ -18,8 +18,9 @@ from apps.agents import selectors as agents
 from apps.agents.prompts import compose_supervisor_prompt
 from apps.audit import services as audit
 from apps.core import tracing
-from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.core.errors import Conflict, ValidationFailed
 from apps.costs import selectors as budgets
+from apps.crews import run_read
 from apps.crews import selectors as crews
 from apps.registry.definitions import TRUSTED, output_trust, reaches_open_world
 from apps.registry.models import Tool
@@ -80,14 +81,10 @@ def _convert(value: Any, kind: str) -> Any:
 
 
 def build_snapshot(crew: Any) -> dict[str, Any]:
-    """The crew, its agents (prompt, grants), the tool definitions they may use, and the versions."""
-    members = crews.crew_agents(crew)
-    loaded = agents.get_agents(org_id=crew.org_id, agent_ids=[member.id for member in members])
+    """The crew, its agents (prompt, grants), the tool definitions they may use, and the versions. `crew` as
+    `apps.crews.run_read` reads it: every agent it uses loaded with its grants and context resources."""
     agent_snaps, tools = {}, {}
-    for member in members:
-        agent = loaded.get(member.id)
-        if agent is None:
-            raise NotFound("No such agent.")
+    for agent in crews.crew_agents(crew):
         snap = {**agents.agent_snapshot(agent), "id": str(agent.id), "version": agent.version,
                 "system_prompt": agents.system_prompt(agent)}
         if crew.supervisor_id == agent.id:
@@ -124,7 +121,7 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
         existing = Run.objects.filter(org_id=actor.org_id, idempotency_key=key).first()
         if existing is not None:
             return _same_request(existing, crew_id)
-    crew = crews.get_crew(org_id=actor.org_id, crew_id=crew_id)
+    crew = run_read.crew_for_run(org_id=actor.org_id, crew_id=crew_id)
     if not crew.enabled:
         raise ValidationFailed(f"The crew {crew.name!r} is disabled.", {"crew": "This crew is disabled."})
     disabled = crews.disabled_agents(crew)

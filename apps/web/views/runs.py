@@ -15,6 +15,7 @@ from apps.accounts import selectors as accounts
 from apps.agents import selectors as agents
 from apps.approvals import selectors as approvals
 from apps.core.errors import Conflict, NotFound, ValidationFailed
+from apps.crews import run_read
 from apps.crews import selectors as crews
 from apps.runs import decisions, history, replay, selectors, services, trial
 from apps.runs.models import RunStatus
@@ -123,7 +124,7 @@ def configuration_context(run) -> dict:
         if trial.trial_agent_id(run):  # an agent tried on its own: today's agent in the same one-task crew
             current = trial.trial_snapshot(agents.get_agent(org_id=run.org_id, agent_id=trial.trial_agent_id(run)))
         elif run.crew_id:
-            current = services.build_snapshot(crews.get_crew(org_id=run.org_id, crew_id=run.crew_id))
+            current = services.build_snapshot(run_read.crew_for_run(org_id=run.org_id, crew_id=run.crew_id))
     except NotFound:
         current = None
     return {"config_changes": history.config_diff(run.snapshot, current), "crew_exists": current is not None,
