@@ -13,7 +13,8 @@ from django.utils import timezone
 from apps.runs import queue, services
 from apps.runs import worker as run_worker
 from apps.runs.engine.errors import LeaseLost
-from apps.runs.models import Run
+from apps.runs.engine import process
+from apps.runs.models import Run, RunStep
 from apps.runs.store.run_store import RunStore
 from tests.runs.conftest import LOOK_UP
 
@@ -61,6 +62,19 @@ def test_the_lost_worker_can_no_longer_write_once_its_run_was_swept(desk):
     with pytest.raises(LeaseLost):
         stale.save_state(state={**run.state, "hijacked": True})
     assert "hijacked" not in Run.objects.get(id=run.id).state
+
+
+@pytest.mark.django_db(transaction=True)  # the refused batch rolls back its whole transaction, as in a worker
+def test_the_lost_worker_cannot_start_an_agent_s_turn_once_its_run_was_swept(desk):
+    run = lost_run(desk)
+    stale = RunStore(str(run.id), LOST)
+    run_worker.sweep_stuck_runs()
+    with pytest.raises(LeaseLost):
+        process.start_next(stale)  # the task's first turn: its step, the cursor and its event in one batch
+    run = Run.objects.get(id=run.id)
+    assert not RunStep.objects.filter(run=run).exists() and "turn_id" not in run.state and run.hops == 0
+    assert not run.events.filter(type="agent.started").exists()
+    assert run_worker.drive_run(run_id=run.id).status == "succeeded"  # the worker holding it now carries on
 
 
 def test_a_queued_run_whose_message_was_lost_is_enqueued_again_once_per_period(desk, settings, own_broker):

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import functools
 
+from django.db import connection
+
 from apps.approvals.models import ApprovalRequest
-from apps.core.rows import Columns, Inserts
+from apps.core.rows import Columns, Inserts, Update
 from apps.costs.models import UsageRecord
 from apps.registry.models import McpServer, Tool
 from apps.registry.pool import LIVE_SERVER_FIELDS
@@ -68,6 +70,22 @@ def last_calls_read() -> tuple[Columns, Columns, str]:
         f"LEFT JOIN {requests.table} a ON a.id = t.approval_id "
         f"WHERE t.step_id = (SELECT l.id FROM {steps} l WHERE l.parent_id = %s AND l.kind = 'llm' "
         "ORDER BY l.position DESC LIMIT 1) ORDER BY t.position")
+
+
+# A turn's start: the run row locked (a turn's writes are the lease holder's, under the row's lock) with the
+# position of the run's last step, which the store numbers the next steps from, in one statement; then the turn's
+# cursor and hops, sent with the turn's other writes in one batch (apps.core.db.send_expected: the lease check).
+@functools.cache
+def run_lock_read() -> str:
+    runs, steps = Run._meta.db_table, RunStep._meta.db_table
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""  # SQLite: one writer at a time
+    return (f"SELECT (SELECT max(s.position) FROM {steps} s WHERE s.run_id = r.id) FROM {runs} r "  # noqa: S608
+            f"WHERE r.id = %s{lock}")
+
+
+@functools.cache
+def cursor_update() -> Update:
+    return Update(Run, ["state", "hops", "updated_at"], ["id", "lease_owner"])
 
 
 # The write of every model call's step (its ledger rows and their completion are apps.runs.ledger's).

@@ -28,7 +28,7 @@ from apps.agents.models import LlmConnection
 from apps.agents.providers import ConnectionSpec
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.audit.org_secrets import redact_outside
-from apps.core.db import NothingUpdated, end_transaction, pipeline, send_expected_update
+from apps.core.db import NothingUpdated, end_transaction, pipeline, send_expected, send_expected_update
 from apps.core.rows import fetch, fetch_together
 from apps.costs import selectors as costs_selectors
 from apps.costs import services as costs
@@ -46,8 +46,10 @@ from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepK
 from apps.runs.store.calls import ToolCalls
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
+    cursor_update,
     last_calls_read,
     messages_read,
+    run_lock_read,
     run_read,
     step_inserts,
     turn_read,
@@ -466,15 +468,28 @@ class RunStore(ToolCalls):
 
     def start_turn(self, *, agent: dict[str, Any], task: str, messages: list[ModelMessage],
                    state: dict[str, Any], hop: bool = True) -> RunStep:
+        """An agent's turn: its step, the run's cursor and hops, its first messages and `agent.started`, in two
+        round trips: the run row's lock (with the last step's position), then every write and the COMMIT in one
+        batch (`atomic`). Through the ORM, one statement at a time, it was ~6 ms of a task's start."""
         with self.atomic():
-            Run.objects.select_for_update().filter(id=self.run_id).first()
-            turn = RunStep.objects.create(
-                org_id=self.run.org_id, run_id=self.run_id, position=self._next_position(), kind=StepKind.AGENT,
-                agent_id=agent["id"], agent_name=agent["name"], task=task, status="running",
-                started_at=timezone.now())
+            last = fetch(run_lock_read(), [Run._meta.pk.get_db_prep_value(self.run_id, connection)])
+            if self._position is None:
+                self._position = (last[0][0] if last else None) or 0
+            turn = RunStep(org_id=self.run.org_id, run_id=self.run_id, position=self._next_position(),
+                           kind=StepKind.AGENT, agent_id=agent["id"], agent_name=agent["name"], task=task,
+                           status="running", started_at=timezone.now())
+            state, hops = {**state, "turn_id": str(turn.id)}, self.run.hops + (1 if hop else 0)
+            self.run.state, self.run.hops = state, hops
+
+            def write() -> None:
+                step_inserts().send([turn])
+                update = cursor_update()
+                send_expected(update.sql, update.params({"state": state, "hops": hops, "updated_at": timezone.now()},
+                                                        {"id": self.run_id, "lease_owner": self.lease_owner}))
+
+            self._deferred.append(write)
             self._history[str(turn.id)] = (dump_messages(messages), list(messages))
             self._appends[str(turn.id)] = (turn, 0, False)
-            self.save_state(state={**state, "turn_id": str(turn.id)}, hops=self.run.hops + (1 if hop else 0))
             self.event("agent.started", step_id=str(turn.id), agent=agent["name"], agent_id=agent["id"], task=task)
         return turn
 
