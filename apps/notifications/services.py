@@ -14,6 +14,7 @@ Webhook URLs go through the egress guard (`apps/core/egress.py`) when saved and 
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import json
@@ -28,8 +29,8 @@ from uuid import UUID
 
 from django.core.mail import send_mail
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import transaction
-from django.db.models import Exists, F, JSONField, OuterRef, Subquery
+from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from apps.accounts.actors import Actor
@@ -39,6 +40,7 @@ from apps.audit.org_secrets import redact_outside
 from apps.audit.redaction import redact
 from apps.core.egress import guarded_transport, save_time_error
 from apps.core.errors import NotFound, ValidationFailed
+from apps.core.rows import Columns, fetch
 from apps.notifications.approval_links import send_approval_emails
 from apps.notifications.models import (
     EVENTS,
@@ -123,18 +125,25 @@ class _Channels:
 
 
 def _channels(org_id: UUID | str) -> _Channels:
-    """`_Channels` in one query: every decision, held call and finished run asks, and most organisations have few
-    of them or none (three reads, one per channel, were a fifth of a decision's statements)."""
-    def one(model, **where):
-        return Exists(model.objects.filter(org_id=OuterRef("id"), **where))
+    """`_Channels` in one statement, built once per process: every decision, held call and finished run asks, and
+    most organisations have few of them or none (three reads, one per channel, were a fifth of a decision's
+    statements; one query through the ORM, compiling its four subqueries each time, ~2 ms of CPU)."""
+    mailed, sql = _channels_read()
+    org = Organization._meta.pk.get_db_prep_value(org_id, connection)
+    webhooks, events, slack, routes = fetch(sql, [org] * 4)[0]
+    return _Channels(webhooks=bool(webhooks), mailed=mailed.values([events])[0] or [], slack=bool(slack),
+                     routes=bool(routes))
 
-    mailed = Subquery(EmailPreference.objects.filter(org_id=OuterRef("id")).values("events")[:1],
-                      output_field=JSONField())
-    row = (Organization.objects.filter(id=org_id)
-           .values_list(one(Webhook, enabled=True), mailed, one(SlackConnection, enabled=True), one(ApprovalRoute))
-           .first())
-    webhooks, events, slack, routes = row or (False, None, False, False)
-    return _Channels(webhooks=webhooks, mailed=events or [], slack=slack, routes=routes)
+
+@functools.cache
+def _channels_read() -> tuple[Columns, str]:
+    mailed = Columns(EmailPreference, ["events"], "e")
+    quote = connection.ops.quote_name
+    hooks, slack, routes = (quote(model._meta.db_table) for model in (Webhook, SlackConnection, ApprovalRoute))
+    return mailed, (f"SELECT EXISTS (SELECT 1 FROM {hooks} w WHERE w.org_id = %s AND w.enabled), "  # noqa: S608
+                    f"(SELECT {mailed.sql} FROM {mailed.table} e WHERE e.org_id = %s LIMIT 1), "
+                    f"EXISTS (SELECT 1 FROM {slack} s WHERE s.org_id = %s AND s.enabled), "
+                    f"EXISTS (SELECT 1 FROM {routes} r WHERE r.org_id = %s)")
 
 
 def _email_recipients(org_id: UUID | str, event: str, payload: dict[str, Any], *, mailed: list[str]) -> list[str]:
