@@ -623,9 +623,9 @@ def _read_to_finish(run_id: Any) -> tuple[list[ApprovalRequest], Run, list[tuple
     ORM, one after the other, they were ~3 ms of every run's end (bench/run.py, whole runs)."""
     requests, pending_sql = _pending_read()
     run, run_sql = _run_lock_read()
-    key = run.param("id", run_id)
-    pending, found, not_done = fetch_together([(pending_sql, [requests.param("run_id", run_id), ApprovalStatus.PENDING]),
-                                               (run_sql, [key]), not_done_statement(run_id)])
+    pending, found, not_done = fetch_together([
+        (pending_sql, [requests.param("run_id", run_id), ApprovalStatus.PENDING]), (run_sql, [run.param("id", run_id)]),
+        not_done_statement(run_id)])
     if not found:
         raise Run.DoesNotExist(f"No run {run_id}.")
     return [requests.instance(row) for row in pending], run.instance(found[0]), not_done

@@ -77,6 +77,22 @@ def test_the_lost_worker_cannot_start_an_agent_s_turn_once_its_run_was_swept(des
     assert run_worker.drive_run(run_id=run.id).status == "succeeded"  # the worker holding it now carries on
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_lost_worker_cannot_end_an_agent_s_turn_once_its_run_was_swept(desk):
+    run = lost_run(desk)
+    stale = RunStore(str(run.id), LOST)
+    process.start_next(stale)  # the turn it had started before it stalled
+    turn = RunStep.objects.get(run=run)
+    run_worker.sweep_stuck_runs()
+    with pytest.raises(LeaseLost):
+        stale.finish_turn(turn, status="done", reason="hijacked", output="hijacked",
+                          state={**stale.run.state, "hijacked": True})
+    turn.refresh_from_db()
+    run = Run.objects.get(id=run.id)
+    assert (turn.status, turn.output) == ("running", "") and "hijacked" not in run.state
+    assert not run.events.filter(type="agent.finished").exists()
+
+
 def test_a_queued_run_whose_message_was_lost_is_enqueued_again_once_per_period(desk, settings, own_broker):
     settings.AIRLOCK_RUN_REQUEUE_AFTER_S = 60
     run = lost_run(desk)

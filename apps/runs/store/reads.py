@@ -72,9 +72,10 @@ def last_calls_read() -> tuple[Columns, Columns, str]:
         "ORDER BY l.position DESC LIMIT 1) ORDER BY t.position")
 
 
-# A turn's start: the run row locked (a turn's writes are the lease holder's, under the row's lock) with the
-# position of the run's last step, which the store numbers the next steps from, in one statement; then the turn's
-# cursor and hops, sent with the turn's other writes in one batch (apps.core.db.send_expected: the lease check).
+# A turn's start and end. The start: the run row locked (a turn's writes are the lease holder's, under the row's
+# lock) with the position of the run's last step, which the store numbers the next steps from, in one statement;
+# then the turn's cursor and hops, sent with the turn's other writes in one batch (apps.core.db.send_expected: the
+# lease check). The end: the turn's step and the cursor, in the batch of its transaction's end.
 @functools.cache
 def run_lock_read() -> str:
     runs, steps = Run._meta.db_table, RunStep._meta.db_table
@@ -84,8 +85,13 @@ def run_lock_read() -> str:
 
 
 @functools.cache
-def cursor_update() -> Update:
-    return Update(Run, ["state", "hops", "updated_at"], ["id", "lease_owner"])
+def cursor_update(fields: tuple[str, ...]) -> Update:
+    return Update(Run, [*fields, "updated_at"], ["id", "lease_owner"])
+
+
+@functools.cache
+def turn_end_update() -> Update:
+    return Update(RunStep, ["status", "status_reason", "output", "finished_at", "updated_at"], ["id"])
 
 
 # The write of every model call's step (its ledger rows and their completion are apps.runs.ledger's).

@@ -52,6 +52,7 @@ from apps.runs.store.reads import (
     run_lock_read,
     run_read,
     step_inserts,
+    turn_end_update,
     turn_read,
     usage_read,
 )
@@ -483,9 +484,7 @@ class RunStore(ToolCalls):
 
             def write() -> None:
                 step_inserts().send([turn])
-                update = cursor_update()
-                send_expected(update.sql, update.params({"state": state, "hops": hops, "updated_at": timezone.now()},
-                                                        {"id": self.run_id, "lease_owner": self.lease_owner}))
+                self._send_cursor(state=state, hops=hops)
 
             self._deferred.append(write)
             self._history[str(turn.id)] = (dump_messages(messages), list(messages))
@@ -582,12 +581,28 @@ class RunStore(ToolCalls):
         return step  # self.run's counters are re-read by the next step's refresh
 
     def finish_turn(self, turn: RunStep, *, status: str, reason: str, output: str, state: dict[str, Any]) -> None:
+        """The turn's end and the run's cursor, sent with its event and the COMMIT: one round trip (as `start_turn`)."""
         with self.atomic():
             turn.status, turn.status_reason, turn.output, turn.finished_at = status, reason, output, timezone.now()
-            turn.save(update_fields=["status", "status_reason", "output", "finished_at", "updated_at"])
-            self.save_state(state=state)
+            turn.updated_at, self.run.state = turn.finished_at, state
+
+            def write() -> None:
+                ended = turn_end_update()
+                with connection.cursor() as cursor:
+                    cursor.execute(ended.sql, ended.params({name: getattr(turn, name) for name in (
+                        "status", "status_reason", "output", "finished_at", "updated_at")}, {"id": turn.id}))
+                self._send_cursor(state=state)
+
+            self._deferred.append(write)
             self.event("agent.finished", step_id=str(turn.id), agent=turn.agent_name, task=turn.task, status=status,
                        reason=reason[:500])
+
+    def _send_cursor(self, **fields: Any) -> None:
+        """The run's cursor (`state`, `hops`) for a batch, only while this worker holds the lease: the check travels
+        in the statement, and a batch that finds the lease gone rolls back whole (LeaseLost, see `atomic`)."""
+        update = cursor_update(tuple(fields))
+        send_expected(update.sql, update.params({**fields, "updated_at": timezone.now()},
+                                                {"id": self.run_id, "lease_owner": self.lease_owner}))
 
     def _read_for_first_call(self, provider: str, model: str, calls: list[dict[str, Any]]) -> None:
         """What a task's first model call needs of what the store reads once per task, in one round trip: the org's
