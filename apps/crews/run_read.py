@@ -58,8 +58,10 @@ def crew_for_run(*, org_id: UUID, crew_id: UUID | str) -> Crew:
         raise NotFound("No such crew.")
     crew = reads.crew.instance(crew_rows[0])
     loaded = {agent.id: agent for agent in (_agent(reads, row) for row in agent_rows)}
-    _prefetched(loaded.values(), "grants", (_grant(reads, row) for row in grant_rows))
-    _prefetched(loaded.values(), "context_resources", (_context(reads, row) for row in context_rows))
+    _prefetched(loaded.values(), "grants",
+                (_with_server(row, reads.grant, reads.tool, reads.server, "tool") for row in grant_rows))
+    _prefetched(loaded.values(), "context_resources",
+                (_with_server(row, reads.context, reads.resource, reads.server, "resource") for row in context_rows))
     # The relations `crew_agents` follows, pointing to agents not yet loaded: `_attach` puts the loaded ones in.
     tasks = [reads.task.instance(row) for row in task_rows]
     members = [reads.member.instance(row) for row in member_rows]
@@ -146,20 +148,14 @@ def _agent(reads: _Reads, row: Sequence[Any]) -> Agent:
     return agent
 
 
-def _grant(reads: _Reads, row: Sequence[Any]) -> ToolGrant:
-    grant_row, tool_row, server_row = _split(row, reads.grant, reads.tool, reads.server)
-    grant, tool = reads.grant.instance(grant_row), reads.tool.instance(tool_row)
-    tool.server = reads.server.instance(server_row)
-    grant.tool = tool
-    return grant
-
-
-def _context(reads: _Reads, row: Sequence[Any]) -> ContextResource:
-    context_row, resource_row, server_row = _split(row, reads.context, reads.resource, reads.server)
-    context, resource = reads.context.instance(context_row), reads.resource.instance(resource_row)
-    resource.server = reads.server.instance(server_row)
-    context.resource = resource
-    return context
+def _with_server(row: Sequence[Any], part: Columns, target: Columns, server: Columns, relation: str) -> Model:
+    """A row of `part` (a grant, a context resource) joined to its `relation` (the tool, the resource) and that
+    one's server: the part, with both attached."""
+    part_row, target_row, server_row = _split(row, part, target, server)
+    obj, found = part.instance(part_row), target.instance(target_row)
+    found.server = server.instance(server_row)
+    setattr(obj, relation, found)
+    return obj
 
 
 def _prefetched(agents_: Iterable[Agent], name: str, parts: Iterable[Model]) -> None:
