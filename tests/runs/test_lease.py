@@ -12,8 +12,8 @@ from django.utils import timezone
 
 from apps.runs import queue, services
 from apps.runs import worker as run_worker
-from apps.runs.engine.errors import LeaseLost
 from apps.runs.engine import process
+from apps.runs.engine.errors import LeaseLost
 from apps.runs.models import Run, RunStep
 from apps.runs.store.run_store import RunStore
 from tests.runs.conftest import LOOK_UP

@@ -8,13 +8,13 @@ import pytest
 
 from apps.agents import services as agent_services
 from apps.agents.models import Agent
+from apps.approvals.definition_changes import inbox
 from apps.core.errors import NotFound
 from apps.crews import run_read
 from apps.crews import selectors as crews
 from apps.crews import services as crew_services
 from apps.crews.models import CrewTask
 from apps.registry import services as registry_services
-from apps.approvals.definition_changes import inbox
 from apps.runs import services
 from tests.factories import make_org, owner_of
 from tests.runs.conftest import LOOK_UP, REFUND
