@@ -6,7 +6,7 @@ after the other, each compiled anew, ~7 ms of CPU of a run start's ~10 (bench/ru
 33). `crew_for_run` sends six statements built once per process (apps/core/rows.py) in one round trip, and reads
 only the columns a snapshot reads: no server's secrets are decrypted and no definition is parsed for a snapshot
 that does not hold them; the other columns are deferred and read on access, as any deferred field. The tests hold
-the two doors to the same snapshot (tests/crews/test_run_read.py).
+the two doors to the same snapshot (tests/runs/test_run_start_read.py).
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def crew_for_run(*, org_id: UUID, crew_id: UUID | str) -> Crew:
         crew_key, org_key = reads.crew.param("id", crew_id), reads.crew.param("org", org_id)
     except (ValueError, ValidationError):
         raise NotFound("No such crew.") from None
-    found = fetch_together([(sql, params) for sql, params in reads.statements(crew_key, org_key)])
+    found = fetch_together(reads.statements(crew_key, org_key))
     crew_rows, task_rows, member_rows, agent_rows, grant_rows, context_rows = found
     if not crew_rows:
         raise NotFound("No such crew.")
