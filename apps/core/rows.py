@@ -47,6 +47,22 @@ def fetch_together(statements: Sequence[tuple[str, Sequence[Any]]], *, using: st
     return found
 
 
+def split(row: Sequence[Any], *parts: Columns) -> list[Sequence[Any]]:
+    """A joined row cut into each table's columns, in the order of `parts`."""
+    out, start = [], 0
+    for columns in parts:
+        out.append(row[start:start + len(columns)])
+        start += len(columns)
+    return out
+
+
+def cache_related(obj: Model, name: str, parts: list[Model]) -> None:
+    """`obj.<name>.all()` answers `parts` without a query (what `prefetch_related` leaves behind)."""
+    queryset = getattr(obj, name).all()
+    queryset._result_cache, queryset._prefetch_done = parts, True
+    obj.__dict__.setdefault("_prefetched_objects_cache", {})[name] = queryset
+
+
 class Columns:
     """Some of a model's columns, as `alias.column` SQL, and the way back from a row to the model."""
 

@@ -22,7 +22,7 @@ from django.db.models import Model
 from apps.agents import selectors as agents
 from apps.agents.models import Agent, ContextResource, LlmConnection, ToolGrant
 from apps.core.errors import NotFound
-from apps.core.rows import Columns, fetch_together
+from apps.core.rows import Columns, cache_related, fetch_together, split
 from apps.crews.models import Crew, CrewMember, CrewTask
 from apps.crews.selectors import crew_agents, get_crew
 from apps.registry.models import McpServer, Resource, Tool
@@ -65,8 +65,8 @@ def crew_for_run(*, org_id: UUID, crew_id: UUID | str) -> Crew:
     # The relations `crew_agents` follows, pointing to agents not yet loaded: `_attach` puts the loaded ones in.
     tasks = [reads.task.instance(row) for row in task_rows]
     members = [reads.member.instance(row) for row in member_rows]
-    _cache(crew, "tasks", tasks)
-    _cache(crew, "members", members)
+    cache_related(crew, "tasks", tasks)
+    cache_related(crew, "members", members)
     _attach(crew, loaded)
     return crew
 
@@ -132,17 +132,8 @@ def _all(model: type[Model]) -> list[str]:
     return [field.name for field in model._meta.concrete_fields]
 
 
-def _split(row: Sequence[Any], *parts: Columns) -> list[Sequence[Any]]:
-    """A joined row cut into each table's columns."""
-    out, start = [], 0
-    for columns in parts:
-        out.append(row[start:start + len(columns)])
-        start += len(columns)
-    return out
-
-
 def _agent(reads: _Reads, row: Sequence[Any]) -> Agent:
-    agent_row, connection_row = _split(row, reads.agent, reads.connection)
+    agent_row, connection_row = split(row, reads.agent, reads.connection)
     agent = reads.agent.instance(agent_row)
     agent.connection = reads.connection.instance(connection_row)
     return agent
@@ -151,7 +142,7 @@ def _agent(reads: _Reads, row: Sequence[Any]) -> Agent:
 def _with_server(row: Sequence[Any], part: Columns, target: Columns, server: Columns, relation: str) -> Model:
     """A row of `part` (a grant, a context resource) joined to its `relation` (the tool, the resource) and that
     one's server: the part, with both attached."""
-    part_row, target_row, server_row = _split(row, part, target, server)
+    part_row, target_row, server_row = split(row, part, target, server)
     obj, found = part.instance(part_row), target.instance(target_row)
     found.server = server.instance(server_row)
     setattr(obj, relation, found)
@@ -164,11 +155,4 @@ def _prefetched(agents_: Iterable[Agent], name: str, parts: Iterable[Model]) -> 
     for part in parts:
         by_agent.setdefault(part.agent_id, []).append(part)
     for agent in agents_:
-        _cache(agent, name, by_agent.get(agent.id, []))
-
-
-def _cache(obj: Model, name: str, parts: list[Model]) -> None:
-    """`obj.<name>.all()` answers `parts` without a query (what `prefetch_related` leaves behind)."""
-    queryset = getattr(obj, name).all()
-    queryset._result_cache, queryset._prefetch_done = parts, True
-    obj.__dict__.setdefault("_prefetched_objects_cache", {})[name] = queryset
+        cache_related(agent, name, by_agent.get(agent.id, []))

@@ -25,7 +25,7 @@ from apps.registry.models import Tool
 from apps.runs import decisions, services, tasks
 from apps.runs import worker as run_worker
 from apps.runs.models import Run, RunEvent, ToolCall
-from tests.factories import add_member, token_for
+from tests.factories import add_member, make_org, token_for
 from tests.runs.conftest import LOOK_UP, REFUND
 
 A1001 = {"order_id": "A-1001", "amount_cents": 500}
@@ -139,6 +139,32 @@ def test_the_api_answers_409_to_a_second_decision_and_filters_the_inbox(desk, or
     second = client.post(f"/api/v1/approvals/{request.id}/decision", {"decision": "approve"},
                          content_type="application/json")
     assert second.status_code == 409 and "already rejected by" in second.json()["detail"]
+
+
+@pytest.mark.django_db
+def test_a_decisions_answer_shows_the_request_as_a_fresh_read_does_and_another_orgs_is_not_found(desk, org):
+    """The decision's answer is read with its locks (apps.runs.decisions._locked, prebuilt statements): it shows
+    what a GET afterwards shows, the agent, tool, server and trust tier, the status and every vote in order."""
+    crew = desk.refund_desk(approvals_required=2)
+    _run, request = held_run(desk, crew)
+    tokens = [token_for(org, "approver", member=add_member(org, "approver")) for _ in range(2)]
+    voters = [Client(headers={"Authorization": f"Bearer {token}"}) for token in tokens]
+    url = f"/api/v1/approvals/{request.id}"
+    outsider = Client(headers={"Authorization": f"Bearer {token_for(make_org(), 'approver')}"})
+    refused = outsider.post(f"{url}/decision", {"decision": "approve"}, content_type="application/json")
+    assert refused.status_code == 404
+    for voter, comment, status in [(voters[0], "fine by me", "pending"), (voters[1], "", "approved")]:
+        answer = voter.post(f"{url}/decision", {"decision": "approve", "comment": comment},
+                            content_type="application/json")
+        assert answer.status_code == 200, answer.content
+        assert answer.json() == voter.get(url).json()
+        assert answer.json()["status"] == status
+    shown = answer.json()
+    assert (shown["agent"], shown["tool"], shown["server"], shown["trust_tier"]) == (
+        "Refund desk refunds", "orders.refund_order", "orders", "internal")
+    assert [(vote["decision"], vote["comment"]) for vote in shown["votes"]] == [("approve", "fine by me"),
+                                                                                ("approve", "")]
+    assert shown["decided_by"] and shown["decided_at"] and A1001.items() <= shown["approved_arguments"].items()
 
 
 @pytest.mark.django_db
