@@ -24,7 +24,7 @@ from typing import Any
 from uuid import UUID
 
 from django.db import connections, transaction
-from django.db.models import F, Q
+from django.db.models import F, Model, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -225,11 +225,24 @@ def move_call(run: Run | CallRun, row: ToolCall, *, expect: str, emit: Emit, eve
               event_data: dict[str, Any] | None = None, **fields: Any) -> bool:
     """A conditional transition `expect -> fields['state']`, with its event. False when the row was not in
     `expect` (another worker moved it)."""
-    updated = ToolCall.objects.filter(id=row.id, state=expect).update(**fields, updated_at=timezone.now())
-    if not updated:
-        return False
+    meta = ToolCall._meta
+    values = {meta.get_field(name).name: value.pk if isinstance(value, Model) else value
+              for name, value in fields.items()}
+    update = _call_move(tuple(values))
+    with connections[ToolCall.objects.db].cursor() as cursor:
+        cursor.execute(update.sql, update.params({**values, "updated_at": timezone.now()},
+                                                 {"id": row.id, "state": expect}))
+        if not cursor.rowcount:
+            return False
     applied(run, row, event=event, event_data=event_data, fields=fields, emit=emit)
     return True
+
+
+@functools.cache
+def _call_move(fields: tuple[str, ...]) -> Update:
+    """A call's conditional transition (`move_call`), built once per set of fields: a call moves at every step
+    (dispatched, completed; approved after a decision), and the ORM compiled the UPDATE each time."""
+    return Update(ToolCall, [*fields, "updated_at"], ["id", "state"])
 
 
 def applied(run: Run | CallRun, row: ToolCall, *, fields: dict[str, Any], emit: Emit, event: str | None = None,

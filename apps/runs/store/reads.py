@@ -90,6 +90,12 @@ def cursor_update(fields: tuple[str, ...]) -> Update:
 
 
 @functools.cache
+def hand_back_update() -> Update:
+    """A task's run back to the queue, only while this worker holds it and it is running (`RunStore.release`)."""
+    return Update(Run, ["status", "lease_owner", "lease_expires_at", "updated_at"], ["id", "lease_owner", "status"])
+
+
+@functools.cache
 def turn_end_update() -> Update:
     return Update(RunStep, ["status", "status_reason", "output", "finished_at", "updated_at"], ["id"])
 

@@ -28,7 +28,7 @@ from apps.agents.models import LlmConnection
 from apps.agents.providers import ConnectionSpec
 from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.audit.org_secrets import redact_outside
-from apps.core.db import NothingUpdated, end_transaction, pipeline, send_expected, send_expected_update
+from apps.core.db import NothingUpdated, end_transaction, pipeline, send_expected
 from apps.core.rows import fetch, fetch_together
 from apps.costs import selectors as costs_selectors
 from apps.costs import services as costs
@@ -47,6 +47,7 @@ from apps.runs.store.calls import ToolCalls
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
     cursor_update,
+    hand_back_update,
     last_calls_read,
     messages_read,
     run_lock_read,
@@ -378,10 +379,10 @@ class RunStore(ToolCalls):
         trip with what the store deferred (BEGIN, the writes, the hand-back, COMMIT): every task that hands its run
         on ends with it, a resume among them. Raises LeaseLost when another worker holds the run now."""
         def hand_back() -> None:
-            send_expected_update(Run.objects.filter(id=self.run_id, lease_owner=self.lease_owner,
-                                                    status=RunStatus.RUNNING),
-                                 status=RunStatus.QUEUED, lease_owner="", lease_expires_at=None,
-                                 updated_at=timezone.now())
+            update = hand_back_update()
+            send_expected(update.sql, update.params(
+                {"status": RunStatus.QUEUED, "lease_owner": "", "lease_expires_at": None, "updated_at": timezone.now()},
+                {"id": self.run_id, "lease_owner": self.lease_owner, "status": RunStatus.RUNNING}))
 
         with self.atomic():
             self._deferred.append(hand_back)
