@@ -80,6 +80,16 @@ def test_a_used_up_org_budget_refuses_new_runs_with_the_reason(desk, actor):
     assert services.start_run(actor=desk.actor, crew_id=crew.id, inputs=A1001, enqueue=False).status == "queued"
 
 
+def test_this_crews_budget_stops_its_run_at_the_first_call_after_it_is_used_up(desk, actor):
+    priced_scripted_model(actor)
+    _, crew = looper(desk, "Crew spender")
+    costs.set_budget(actor=actor, scope="crew", target_id=crew.id, target_label=crew.name, amount_usd="0.5")
+    run = run_to_end(desk, crew)
+    assert run.status == "limit_exceeded", run.error
+    assert run.error.startswith("Budget: The monthly budget of the crew Crew spender crew ($0.50) is used up")
+    assert 1 <= UsageRecord.objects.filter(run_id=run.id).count() < 6  # stopped before the script ran out
+
+
 def test_another_crews_budget_does_not_stop_this_crew(desk, actor):
     priced_scripted_model(actor)
     _, crew = looper(desk, "Free to run")

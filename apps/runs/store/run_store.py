@@ -32,7 +32,7 @@ from apps.core.db import NothingUpdated, end_transaction, pipeline, send_expecte
 from apps.core.rows import fetch, fetch_together
 from apps.costs import selectors as costs_selectors
 from apps.costs import services as costs
-from apps.costs.models import ModelPrice
+from apps.costs.models import Budget, ModelPrice
 from apps.costs.pricing import find_override, override_from, override_statement, price_call
 from apps.costs.rollup import FirstCalls
 from apps.registry import resources as registry_resources
@@ -46,6 +46,8 @@ from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepK
 from apps.runs.store.calls import ToolCalls
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
+    budgets_read,
+    connection_read,
     cursor_update,
     hand_back_update,
     last_calls_read,
@@ -53,6 +55,7 @@ from apps.runs.store.reads import (
     run_lock_read,
     run_read,
     step_inserts,
+    turn_calls_read,
     turn_end_update,
     turn_read,
     usage_read,
@@ -516,10 +519,36 @@ class RunStore(ToolCalls):
         return 2 + total + 2 * max(len(messages) - 1, 0)  # "[" + ", ".join(...) + "]"
 
     def model_calls(self, turn: RunStep) -> int:
+        """The model calls the turn has made. Asked before each of its model calls: the first time in a task, it
+        also reads what that call reads once per task (`_read_before_first_call`)."""
         key = str(turn.id)
         if key not in self._calls:
-            self._calls[key] = RunStep.objects.filter(parent=turn, kind=StepKind.LLM).count()
+            self._read_before_first_call(turn)
         return self._calls[key]
+
+    def _read_before_first_call(self, turn: RunStep) -> None:
+        """The turn's model calls so far, whether a budget counts its agent's calls and the agent's connection, in
+        one round trip of prebuilt statements (reads.turn_calls_read, budgets_read, connection_read). Each was an
+        ORM query compiled and sent on its own, ~3 ms of a task's first step. `has_budgets` and `connection_spec`
+        keep their own reads for the paths that reach them first."""
+        agent = self.run.snapshot["agents"][str(turn.agent_id)]
+        agent_id, connection_id = str(agent["id"]), str(agent["connection"]["id"])
+        live, live_sql = connection_read()
+        org = live.param("org", self.run.org_id)
+        statements = [(turn_calls_read(), [RunStep._meta.pk.get_db_prep_value(turn.id, connection)])]
+        if agent_id not in self._budgets:
+            target = Budget._meta.get_field("target_id")
+            statements.append((budgets_read(), [org, target.get_db_prep_value(self.run.crew_id, connection),
+                                                target.get_db_prep_value(agent_id, connection)]))
+        if connection_id not in self._connections:
+            statements.append((live_sql, [org, live.param("id", connection_id)]))
+        found = iter(fetch_together(statements))
+        self._calls[str(turn.id)] = next(found)[0][0]
+        if agent_id not in self._budgets:
+            self._budgets[agent_id] = bool(next(found))
+        if connection_id not in self._connections:
+            rows = next(found)
+            self._connections[connection_id] = self._spec(agent["connection"], live.instance(rows[0]) if rows else None)
 
     def record_model_call(self, *, turn: RunStep, messages: list[ModelMessage], response: ModelResponse,
                           provider: str, model: str, latency_ms: int, calls: list[dict[str, Any]]) -> RunStep:
@@ -671,10 +700,14 @@ class RunStore(ToolCalls):
         conn = agent["connection"]
         if str(conn["id"]) not in self._connections:  # once per task (a few seconds): a rotated key applies next task
             live = LlmConnection.objects.filter(org_id=self.run.org_id, id=conn["id"]).first()
-            self._connections[str(conn["id"])] = ConnectionSpec(
-                provider=conn["provider"], base_url=(live.base_url if live else conn["base_url"]),
-                api_key=(live.api_key if live else None))
+            self._connections[str(conn["id"])] = self._spec(conn, live)
         return self._connections[str(conn["id"])]
+
+    @staticmethod
+    def _spec(conn: dict[str, Any], live: LlmConnection | None) -> ConnectionSpec:
+        """The snapshot's connection with its base URL and key as the table holds them now (none: it was deleted)."""
+        return ConnectionSpec(provider=conn["provider"], base_url=(live.base_url if live else conn["base_url"]),
+                              api_key=(live.api_key if live else None))
 
     def run_cost(self) -> Decimal | None:
         """The run's cost as of this step's `refresh` (this worker is the only one adding to it)."""
