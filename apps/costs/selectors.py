@@ -9,6 +9,7 @@ summed as zero: a group whose every call had no price has `cost_usd=None`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
@@ -16,11 +17,13 @@ from typing import Any
 from uuid import UUID
 
 from django.apps import apps
+from django.db import connections
 from django.db.models import Count, Exists, F, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import TruncDay, TruncMonth, TruncWeek
 from django.utils import timezone
 
 from apps.core.errors import NotFound, ValidationFailed
+from apps.core.rows import Columns, fetch
 from apps.costs.models import Budget, BudgetAlert, BudgetScope, DailySpend, ModelPrice, UsageRecord
 from apps.costs.rollup import NO_ID
 
@@ -320,13 +323,38 @@ def _is_uuid(value: Any) -> bool:
 
 
 def budgets_for(*, org_id: UUID | str, crew_id: UUID | str | None, agent_ids: list[Any]) -> list[Budget]:
-    """The budgets that apply to a model call (or a run) of this crew and these agents."""
-    scope = Q(scope__in=[BudgetScope.ORG, BudgetScope.RUN])
-    if crew_id:
-        scope |= Q(scope=BudgetScope.CREW, target_id=crew_id)
-    if agent_ids:
-        scope |= Q(scope=BudgetScope.AGENT, target_id__in=[a for a in agent_ids if a])
-    return list(Budget.objects.filter(scope, org_id=org_id))
+    """The budgets that apply to a model call (or a run) of this crew and these agents, in Budget's order."""
+    return budgets_from(fetch(*budgets_statement(org_id=org_id, crew_id=crew_id, agent_ids=agent_ids)))
+
+
+def budgets_statement(*, org_id: UUID | str, crew_id: UUID | str | None,
+                      agent_ids: list[Any]) -> tuple[str, list[Any]]:
+    """The read behind `budgets_for`, to send with others (apps.core.rows.fetch_together). Built once per number of
+    agents: every run start and every task's first model call asks it, and compiled by the ORM each time it cost
+    more than its round trip."""
+    agents = [agent_id for agent_id in agent_ids if agent_id]
+    budgets, sql = _budgets_read(len(agents))
+    target = Budget._meta.get_field("target_id")
+    targets = [target.get_db_prep_value(value, connections[budgets.using]) for value in (crew_id, *agents)]
+    return sql, [budgets.param("org", org_id), *targets]  # a crew of None matches no crew budget
+
+
+def budgets_from(rows: list[tuple]) -> list[Budget]:
+    """`budgets_for` of the rows `budgets_statement` read."""
+    budgets = _budgets_read(0)[0]
+    return [budgets.instance(row) for row in rows]
+
+
+@functools.cache
+def _budgets_read(agents: int) -> tuple[Columns, str]:
+    budgets = Columns(Budget, [field.name for field in Budget._meta.concrete_fields], "b")
+    scoped = (f"b.scope IN ('{BudgetScope.ORG}', '{BudgetScope.RUN}') "
+              f"OR (b.scope = '{BudgetScope.CREW}' AND b.target_id = %s)")
+    if agents:
+        scoped += f" OR (b.scope = '{BudgetScope.AGENT}' AND b.target_id IN ({', '.join(['%s'] * agents)}))"
+    order = ", ".join(f"b.{name}" for name in Budget._meta.ordering)
+    return budgets, (f"SELECT {budgets.sql} FROM {budgets.table} b "  # noqa: S608
+                     f"WHERE b.org_id = %s AND ({scoped}) ORDER BY {order}")
 
 
 def spent(budget: Budget, *, at: datetime | None = None, run_id: UUID | str | None = None) -> Decimal:

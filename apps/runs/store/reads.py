@@ -9,7 +9,7 @@ from django.db import connection
 from apps.agents.models import LlmConnection
 from apps.approvals.models import ApprovalRequest
 from apps.core.rows import Columns, Inserts, Update
-from apps.costs.models import Budget, BudgetScope, UsageRecord
+from apps.costs.models import UsageRecord
 from apps.registry.models import McpServer, Tool
 from apps.registry.pool import LIVE_SERVER_FIELDS
 from apps.runs.models import Run, RunMessage, RunStep, StepKind, ToolCall
@@ -91,19 +91,12 @@ def cursor_update(fields: tuple[str, ...]) -> Update:
 
 
 # What a turn's model call reads once per task before it is made: how many model calls the turn has made (its step
-# limit), whether any budget counts the agent's calls (apps.costs.selectors.budgets_for's scopes), and the agent's
+# limit), whether any budget counts the agent's calls (apps.costs.selectors.budgets_statement), and the agent's
 # connection as it is now (its key decrypted on read, never in the snapshot). Sent together (RunStore.model_calls).
 @functools.cache
 def turn_calls_read() -> str:
     return (f"SELECT count(*) FROM {RunStep._meta.db_table} WHERE parent_id = %s AND kind = "  # noqa: S608
             f"'{StepKind.LLM}'")
-
-
-@functools.cache
-def budgets_read() -> str:
-    return (f"SELECT 1 FROM {Budget._meta.db_table} WHERE org_id = %s AND (scope IN "  # noqa: S608
-            f"('{BudgetScope.ORG}', '{BudgetScope.RUN}') OR (scope = '{BudgetScope.CREW}' AND target_id = %s) "
-            f"OR (scope = '{BudgetScope.AGENT}' AND target_id = %s)) LIMIT 1")
 
 
 @functools.cache

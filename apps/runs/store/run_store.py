@@ -32,7 +32,7 @@ from apps.core.db import NothingUpdated, end_transaction, pipeline, send_expecte
 from apps.core.rows import fetch, fetch_together
 from apps.costs import selectors as costs_selectors
 from apps.costs import services as costs
-from apps.costs.models import Budget, ModelPrice
+from apps.costs.models import ModelPrice
 from apps.costs.pricing import find_override, override_from, override_statement, price_call
 from apps.costs.rollup import FirstCalls
 from apps.registry import resources as registry_resources
@@ -46,7 +46,6 @@ from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepK
 from apps.runs.store.calls import ToolCalls
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
-    budgets_read,
     connection_read,
     cursor_update,
     hand_back_update,
@@ -528,18 +527,17 @@ class RunStore(ToolCalls):
 
     def _read_before_first_call(self, turn: RunStep) -> None:
         """The turn's model calls so far, whether a budget counts its agent's calls and the agent's connection, in
-        one round trip of prebuilt statements (reads.turn_calls_read, budgets_read, connection_read). Each was an
-        ORM query compiled and sent on its own, ~3 ms of a task's first step. `has_budgets` and `connection_spec`
-        keep their own reads for the paths that reach them first."""
+        one round trip of prebuilt statements (reads.turn_calls_read, costs' budgets_statement,
+        reads.connection_read). Each was an ORM query compiled and sent on its own, ~3 ms of a task's first step.
+        `has_budgets` and `connection_spec` keep their own reads for the paths that reach them first."""
         agent = self.run.snapshot["agents"][str(turn.agent_id)]
         agent_id, connection_id = str(agent["id"]), str(agent["connection"]["id"])
         live, live_sql = connection_read()
         org = live.param("org", self.run.org_id)
         statements = [(turn_calls_read(), [RunStep._meta.pk.get_db_prep_value(turn.id, connection)])]
         if agent_id not in self._budgets:
-            target = Budget._meta.get_field("target_id")
-            statements.append((budgets_read(), [org, target.get_db_prep_value(self.run.crew_id, connection),
-                                                target.get_db_prep_value(agent_id, connection)]))
+            statements.append(costs_selectors.budgets_statement(org_id=self.run.org_id, crew_id=self.run.crew_id,
+                                                                agent_ids=[agent_id]))
         if connection_id not in self._connections:
             statements.append((live_sql, [org, live.param("id", connection_id)]))
         found = iter(fetch_together(statements))
