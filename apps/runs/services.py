@@ -7,6 +7,7 @@ expiry, unknown outcomes), `worker.py` (claim, advance, sweep); every tool-call 
 
 from __future__ import annotations
 
+import functools
 import logging
 from typing import Any
 from uuid import UUID
@@ -19,6 +20,7 @@ from apps.agents.prompts import compose_supervisor_prompt
 from apps.audit import services as audit
 from apps.core import tracing
 from apps.core.errors import Conflict, ValidationFailed
+from apps.core.rows import Inserts
 from apps.costs import selectors as budgets
 from apps.crews import run_read
 from apps.crews import selectors as crews
@@ -135,10 +137,10 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
         raise ValidationFailed(refusal, {"crew": refusal})
     try:
         with transaction.atomic(), tracing.span("run.start", crew=crew.name, org_id=actor.org_id) as root:
-            run = Run.objects.create(org_id=actor.org_id, crew=crew, crew_name=crew.name, inputs=clean,
-                                     snapshot=snapshot, started_by_id=actor.user_id, started_by_label=actor.label,
-                                     idempotency_key=key, state={"task_index": 0, "outputs": {}},
-                                     trace_parent=tracing.traceparent())
+            run = Run(org_id=actor.org_id, crew=crew, crew_name=crew.name, inputs=clean, snapshot=snapshot,
+                      started_by_id=actor.user_id, started_by_label=actor.label, idempotency_key=key,
+                      state={"task_index": 0, "outputs": {}}, trace_parent=tracing.traceparent())
+            _run_inserts().send([run])
             if root is not None:
                 root.set_attribute("airlock.run_id", str(run.id))
             append_event(run.id, "run.queued", crew=crew.name, inputs=clean, by=actor.label)
@@ -154,6 +156,13 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
             return _same_request(existing, crew_id)
         raise
     return run
+
+
+@functools.cache
+def _run_inserts() -> Inserts:
+    """A new run's INSERT, built once per process (compiled by the ORM it was ~1 ms of every run's start). Its
+    generated columns (final_cost_usd, final_tokens_in) are left to the database and read when asked for."""
+    return Inserts(Run)
 
 
 def _same_request(existing: Run, crew_id: UUID | str) -> Run:

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
-from django.db.models.fields.json import KT
-from django.db.models.functions import Length
+from django.db import connection
 from django.utils import timezone
 
 from apps.approvals import standing
@@ -26,7 +25,7 @@ from apps.registry.models import Tool
 from apps.runs import ledger
 from apps.runs.ledger import Decided
 from apps.runs.models import CallState, RunStep, ToolCall
-from apps.runs.store.reads import decided_read, last_calls_read, live_tool_read
+from apps.runs.store.reads import decided_read, evidence_read, last_calls_read, live_tool_read
 
 AUDIT_ARGUMENTS_CAP = 4000  # characters of a call's arguments kept in its audit row (its args_hash is whole)
 
@@ -69,14 +68,13 @@ class ToolCalls:
         """The tool calls of a finished turn that returned a result, in order: {"id", "tool", "chars"} (a
         `run.get_result` call stands for the call it read). One query, when the turn hands on its conclusion."""
         self.flush()  # a completion still deferred is part of the turn
-        rows = (ToolCall.objects.filter(org_id=self.run.org_id, run_id=self.run_id, step__parent_id=turn.id,
-                                        state=CallState.SUCCEEDED, result__isnull=False)
-                .annotate(chars=Length(KT("result__text")), of_call=KT("result__of_call"), tool_name=KT("result__tool"))
-                .order_by("step__position", "position").values_list("id", "qualified_name", "chars", "of_call",
-                                                                    "tool_name"))
+        meta = ToolCall._meta
+        keys = [meta.get_field(name).get_db_prep_value(value, connection)
+                for name, value in (("org", self.run.org_id), ("run", self.run_id), ("step", turn.id))]
+        rows = fetch(evidence_read(), keys)
         out, seen = [], set()
         for call_id, name, chars, of_call, read_tool in rows:
-            key = of_call or str(call_id)
+            key = of_call or str(UUID(str(call_id)))  # SQLite hands back the id as 32 hex digits
             if key not in seen:
                 seen.add(key)
                 out.append({"id": key, "tool": read_tool if of_call else name, "chars": chars or 0})

@@ -12,7 +12,7 @@ from apps.core.rows import Columns, Inserts, Update
 from apps.costs.models import UsageRecord
 from apps.registry.models import McpServer, Tool
 from apps.registry.pool import LIVE_SERVER_FIELDS
-from apps.runs.models import Run, RunMessage, RunStep, StepKind, ToolCall
+from apps.runs.models import CallState, Run, RunMessage, RunStep, StepKind, ToolCall
 
 LIVE_TOOL_FIELDS = ("id", "org_id", "qualified_name", "state", "risk", "definition_hash", "pinned_hash", "server",
                     "trusted_output", "outside_content")
@@ -103,6 +103,24 @@ def turn_calls_read() -> str:
 def connection_read() -> tuple[Columns, str]:
     live = Columns(LlmConnection, ["id", "org", "base_url", "api_key"], "c")
     return live, f"SELECT {live.sql} FROM {live.table} c WHERE c.org_id = %s AND c.id = %s"  # noqa: S608
+
+
+@functools.cache
+def evidence_read() -> str:
+    """A finished turn's calls that returned a result, in order (ToolCalls.evidence): id, tool, the result's text
+    length, and the call and tool a `run.get_result` read. Built once: compiling its JSON lookups through the ORM
+    cost ~1 ms at every turn's end. Filtered by the organisation, the run and the turn."""
+    calls, steps = ToolCall._meta.db_table, RunStep._meta.db_table
+    if connection.vendor == "postgresql":
+        def key(name: str) -> str:
+            return f"t.result ->> '{name}'"
+    else:
+        def key(name: str) -> str:
+            return f"json_extract(t.result, '$.{name}')"
+    return (f"SELECT t.id, t.qualified_name, length({key('text')}), {key('of_call')}, {key('tool')} "  # noqa: S608
+            f"FROM {calls} t JOIN {steps} s ON s.id = t.step_id WHERE t.org_id = %s AND t.run_id = %s "
+            f"AND s.parent_id = %s AND t.state = '{CallState.SUCCEEDED}' AND t.result IS NOT NULL "
+            "ORDER BY s.position, t.position")
 
 
 @functools.cache
