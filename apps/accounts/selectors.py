@@ -79,8 +79,8 @@ def active_token_for(raw: str) -> ApiToken | None:
 @functools.cache
 def _token_read() -> tuple[Columns, Columns, Columns, str]:
     """A token by its hash with its member and the member's user: a token whose member left has none (no row)."""
-    token = Columns(ApiToken, [field.name for field in ApiToken._meta.concrete_fields], "k")
-    member = Columns(Membership, [field.name for field in Membership._meta.concrete_fields], "m")
+    token = Columns.every(ApiToken, "k")
+    member = Columns.every(Membership, "m")
     user = Columns(User, ["id", "email"], "u")
     return token, member, user, (
         f"SELECT {token.sql}, {member.sql}, {user.sql} FROM {token.table} k "  # noqa: S608

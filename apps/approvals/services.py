@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from django.db import IntegrityError, connection
+from django.db import IntegrityError
 from django.utils import timezone
 
 from apps.accounts.actors import Actor
@@ -134,7 +134,7 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
         request.decided_at, request.decided_by_id, request.decided_by_label = timezone.now(), actor.user_id, actor.label
         fields += ["status", "decided_at", "decided_by", "decided_by_label"]
     request.updated_at = timezone.now()
-    _save(request, tuple(sorted(set(fields))))
+    _request_update(tuple(sorted(set(fields)))).save(request)
     if chosen and request.status == ApprovalStatus.APPROVED:
         standing.create_standing(actor=actor, request=request, **chosen)
     publish_inbox_count(org_id=request.org_id)
@@ -154,14 +154,6 @@ def _vote_inserts() -> Inserts:
 @functools.cache
 def _request_update(fields: tuple[str, ...]) -> Update:
     return Update(ApprovalRequest, fields, ["id"])
-
-
-def _save(request: ApprovalRequest, fields: tuple[str, ...]) -> None:
-    """`request.save(update_fields=fields)`, its `updated_at` set by the caller."""
-    update = _request_update(fields)
-    values = {field.name: getattr(request, field.attname) for field in update.fields}
-    with connection.cursor() as cursor:
-        cursor.execute(update.sql, update.params(values, {"id": request.id}))
 
 
 def audit_vote(*, actor: Actor, request: ApprovalRequest, decision: str, comment: str, edited: bool) -> None:

@@ -83,6 +83,11 @@ class Columns:
             if found:
                 self._converters.append((index, column, found))
 
+    @classmethod
+    def every(cls, model: type[Model], alias: str, *, using: str = "default") -> Columns:
+        """All of the model's columns."""
+        return cls(model, [field.name for field in model._meta.concrete_fields], alias, using=using)
+
     def param(self, name: str, value: Any) -> Any:
         """`value` as the database takes it for a comparison with field `name` (SQLite keeps UUIDs as hex)."""
         return self.model._meta.get_field(name).get_db_prep_value(value, connections[self.using])
@@ -148,6 +153,19 @@ class Update:
         self.sql = (f"UPDATE {quote(meta.db_table)} SET "  # noqa: S608 (names from the model only)
                     f"{', '.join(f'{quote(field.column)} = %s' for field in self.fields)} "
                     f"WHERE {' AND '.join(f'{quote(key.column)} = %s' for key in self.keys)}")
+
+    def execute(self, values: dict[str, Any], keys: dict[str, Any]) -> int:
+        """Runs it with `values` and `keys` (as `params`); the rows it changed (-1 inside a pipeline, which reads
+        nothing back until its end)."""
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(self.sql, self.params(values, keys))
+            return cursor.rowcount
+
+    def save(self, obj: Model) -> int:
+        """`obj.save(update_fields=<these fields>)`, uncompiled: the fields and keys as `obj` holds them (an
+        auto_now field is the caller's to set). The rows it changed, as `execute`."""
+        return self.execute({field.name: getattr(obj, field.attname) for field in self.fields},
+                            {key.name: getattr(obj, key.attname) for key in self.keys})
 
     def params(self, values: dict[str, Any], keys: dict[str, Any]) -> list[Any]:
         """`values` for every field and `keys` for every key, by field name, as the database takes them."""

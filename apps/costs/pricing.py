@@ -83,7 +83,7 @@ def override_from(rows: list[tuple]) -> ModelPrice | None:
 
 @functools.cache
 def _override_read() -> tuple[Columns, str]:
-    price = Columns(ModelPrice, [field.name for field in ModelPrice._meta.concrete_fields], "p")
+    price = Columns.every(ModelPrice, "p")
     return price, (f"SELECT {price.sql} FROM {price.table} p WHERE p.org_id = %s AND p.model = %s "  # noqa: S608
                    "AND p.effective_from <= %s AND (p.provider = %s OR p.provider = '') "
                    "ORDER BY p.effective_from DESC, p.provider DESC LIMIT 1")

@@ -347,7 +347,7 @@ def budgets_from(rows: list[tuple]) -> list[Budget]:
 
 @functools.cache
 def _budgets_read(agents: int) -> tuple[Columns, str]:
-    budgets = Columns(Budget, [field.name for field in Budget._meta.concrete_fields], "b")
+    budgets = Columns.every(Budget, "b")
     scoped = (f"b.scope IN ('{BudgetScope.ORG}', '{BudgetScope.RUN}') "
               f"OR (b.scope = '{BudgetScope.CREW}' AND b.target_id = %s)")
     if agents:

@@ -88,15 +88,15 @@ def _attach(crew: Crew, loaded: dict[UUID, Agent]) -> None:
 
 class _Reads:
     def __init__(self) -> None:
-        self.crew = Columns(Crew, _all(Crew), "c")
-        self.task = Columns(CrewTask, _all(CrewTask), "t")
-        self.member = Columns(CrewMember, _all(CrewMember), "m")
-        self.agent = Columns(Agent, _all(Agent), "a")
+        self.crew = Columns.every(Crew, "c")
+        self.task = Columns.every(CrewTask, "t")
+        self.member = Columns.every(CrewMember, "m")
+        self.agent = Columns.every(Agent, "a")
         self.connection = Columns(LlmConnection, CONNECTION_FIELDS, "l")
-        self.grant = Columns(ToolGrant, _all(ToolGrant), "g")
+        self.grant = Columns.every(ToolGrant, "g")
         self.tool = Columns(Tool, TOOL_FIELDS, "o")
         self.server = Columns(McpServer, SERVER_FIELDS, "s")
-        self.context = Columns(ContextResource, _all(ContextResource), "x")
+        self.context = Columns.every(ContextResource, "x")
         self.resource = Columns(Resource, RESOURCE_FIELDS, "r")
         # Every agent the crew uses: its tasks', its members' and its supervisor (get_crew's relations).
         used = (f"SELECT agent_id FROM {self.task.table} WHERE crew_id = %s AND org_id = %s "  # noqa: S608
@@ -126,10 +126,6 @@ class _Reads:
 @functools.cache
 def _reads() -> _Reads:
     return _Reads()
-
-
-def _all(model: type[Model]) -> list[str]:
-    return [field.name for field in model._meta.concrete_fields]
 
 
 def _agent(reads: _Reads, row: Sequence[Any]) -> Agent:

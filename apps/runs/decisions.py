@@ -126,7 +126,7 @@ class _DecisionRead:
             hidden = {name.removeprefix(relation) for name in approval_selectors.UNSHOWN if name.startswith(relation)}
             return [field.name for field in model._meta.concrete_fields if field.name not in hidden]
 
-        self.request = Columns(ApprovalRequest, shown(ApprovalRequest, ""), "q")
+        self.request = Columns.every(ApprovalRequest, "q")
         self.agent = Columns(Agent, shown(Agent, "agent__"), "a")
         self.tool = Columns(Tool, shown(Tool, "tool__"), "t")
         self.server = Columns(McpServer, shown(McpServer, "tool__server__"), "s")
@@ -175,7 +175,7 @@ def _locked(*, org_id: UUID | str, approval_id: UUID | str) -> tuple[ApprovalReq
 @functools.cache
 def _votes_read() -> tuple[Columns, str]:
     """A request's votes, in the order the answer lists them (ApprovalVote's own)."""
-    votes = Columns(ApprovalVote, [field.name for field in ApprovalVote._meta.concrete_fields], "v")
+    votes = Columns.every(ApprovalVote, "v")
     return votes, f"SELECT {votes.sql} FROM {votes.table} v WHERE v.request_id = %s ORDER BY v.created_at"  # noqa: S608
 
 

@@ -228,12 +228,9 @@ def move_call(run: Run | CallRun, row: ToolCall, *, expect: str, emit: Emit, eve
     meta = ToolCall._meta
     values = {meta.get_field(name).name: value.pk if isinstance(value, Model) else value
               for name, value in fields.items()}
-    update = _call_move(tuple(values))
-    with connections[ToolCall.objects.db].cursor() as cursor:
-        cursor.execute(update.sql, update.params({**values, "updated_at": timezone.now()},
-                                                 {"id": row.id, "state": expect}))
-        if not cursor.rowcount:
-            return False
+    moved = _call_move(tuple(values)).execute({**values, "updated_at": timezone.now()}, {"id": row.id, "state": expect})
+    if not moved:
+        return False
     applied(run, row, event=event, event_data=event_data, fields=fields, emit=emit)
     return True
 
@@ -609,10 +606,7 @@ def finish_run(run_id: Any, *, org_id: Any, status: str, output: str = "", error
         run.finished_at, run.lease_owner, run.lease_expires_at = timezone.now(), "", None
         run.attention = writes_not_done_from(not_done, tools=run.snapshot.get("tools", {}))
         run.updated_at = run.finished_at
-        ended = _run_end_update()
-        with connections[Run.objects.db].cursor() as cursor:
-            cursor.execute(ended.sql, ended.params({name: getattr(run, name) for name in RUN_END_FIELDS},
-                                                   {"id": run.id}))
+        _run_end_update().save(run)
         for request in pending:
             approvals.expire_request(request=request)
         emit("run.finished", status=status, error=error[:500], error_class=error_class,

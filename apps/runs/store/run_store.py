@@ -615,10 +615,7 @@ class RunStore(ToolCalls):
             turn.updated_at, self.run.state = turn.finished_at, state
 
             def write() -> None:
-                ended = turn_end_update()
-                with connection.cursor() as cursor:
-                    cursor.execute(ended.sql, ended.params({name: getattr(turn, name) for name in (
-                        "status", "status_reason", "output", "finished_at", "updated_at")}, {"id": turn.id}))
+                turn_end_update().save(turn)
                 self._send_cursor(state=state)
 
             self._deferred.append(write)
