@@ -13,6 +13,7 @@ from typing import Any
 from uuid import UUID
 
 from django.db import IntegrityError
+from django.db.utils import Error as DatabaseError
 from django.utils import timezone
 
 from apps.accounts.actors import Actor
@@ -21,8 +22,8 @@ from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus,
 from apps.audit import services as audit
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
 from apps.core.realtime import org_group, publish_after_commit
-from apps.core.rows import Inserts, Update
-from apps.notifications.services import notify
+from apps.core.rows import Columns, Inserts, Update, cache_related, fetch
+from apps.notifications.services import Channels, notify
 
 
 def open_request(*, org_id: UUID | str, run_id: UUID | str | None, tool_call_id: UUID | str | None,
@@ -75,13 +76,16 @@ def already_decided(request: ApprovalRequest) -> str:
 
 def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, comment: str = "",
                 arguments: dict[str, Any] | None = None, approved_args_hash: str = "",
-                standing_choice: dict[str, Any] | None = None) -> ApprovalRequest:
+                standing_choice: dict[str, Any] | None = None, heard: Channels | None = None) -> ApprovalRequest:
     """Adds one person's vote; decides the request when enough approvals are in or anyone rejects.
 
     Must run inside the caller's transaction with `request` locked (select_for_update); the caller then writes
-    the vote's audit row with `audit_vote`, last before its commit.
+    the vote's audit row with `audit_vote`, last before its commit. Its writes read nothing back: the caller may
+    send them in one batch (apps.core.db.pipeline), and then learns a second vote of one person as the batch
+    ends (`second_vote`). The request comes back with its votes loaded (`request.votes.all()`, no query).
     `standing_choice` ({"scope": "call"/"run"/"agent_tool", "condition", "hours"}) also creates a
     standing approval when the request ends approved (never for dangerous tools).
+    `heard`: the organisation's notification channels, when the caller read them with its own reads.
     Raises PermissionDenied (role, separation of duties), Conflict (already decided, voted twice),
     ValidationFailed (bad decision, bad standing choice).
     """
@@ -102,22 +106,22 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
             raise PermissionDenied(refusal)
     chosen = standing.clean_standing(request, standing_choice) if decision == VoteDecision.APPROVE else None
     # The votes so far, read once under the request's lock (no other vote on it can commit meanwhile):
-    # whether this person already voted (by any token or session: a vote is the member's), and the
-    # counts after this vote. A pending request that needs one approval has none (its first vote
-    # decides it), so the usual decision skips the read.
-    cast = (list(request.votes.values_list("user_id", "decision"))
-            if request.required_approvals > 1 else [])
-    if any(user_id == actor.user_id for user_id, _ in cast):
+    # whether this person already voted (by any token or session: a vote is the member's), the counts
+    # after this vote, and the votes the answer lists. A pending request that needs one approval has none
+    # (its first vote decides it), so the usual decision skips the read.
+    cast = _votes_of(request.id) if request.required_approvals > 1 else []
+    if any(vote.user_id == actor.user_id for vote in cast):
         raise Conflict("You already voted on this request.")
+    vote = ApprovalVote(org_id=request.org_id, request=request, user_id=actor.user_id, actor_label=actor.label,
+                        decision=decision, comment=comment, arguments=arguments)
     try:
         # No savepoint: an IntegrityError here (approval_vote_once) ends the caller's transaction, which
         # rolls back as the Conflict leaves it; nothing catches it to carry on.
-        _vote_inserts().send([ApprovalVote(org_id=request.org_id, request=request, user_id=actor.user_id,
-                                           actor_label=actor.label, decision=decision, comment=comment,
-                                           arguments=arguments)])
+        _vote_inserts().send([vote])
     except IntegrityError:
         raise Conflict("You already voted on this request.") from None
-    approvals = sum(1 for _, d in cast if d == VoteDecision.APPROVE) + (decision == VoteDecision.APPROVE)
+    cache_related(request, "votes", [*cast, vote])
+    approvals = sum(1 for v in cast if v.decision == VoteDecision.APPROVE) + (decision == VoteDecision.APPROVE)
     request.votes_cast, request.approvals_given = len(cast) + 1, approvals
     fields = ["comment", "updated_at"]
     request.comment = "\n".join(c for c in (request.comment, comment) if c)
@@ -140,8 +144,26 @@ def record_vote(*, actor: Actor, request: ApprovalRequest, decision: str, commen
     publish_inbox_count(org_id=request.org_id)
     publish_item(request)
     if request.status != ApprovalStatus.PENDING:
-        notify(org_id=request.org_id, event="approval.decided", payload=notification_payload(request))
+        notify(org_id=request.org_id, event="approval.decided", payload=notification_payload(request), heard=heard)
     return request
+
+
+def second_vote(error: DatabaseError) -> bool:
+    """Whether `error` is the database refusing a person's second vote on one request (`approval_vote_once`), as a
+    batch that sent `record_vote`'s writes raises it at its end."""
+    return "approval_vote_once" in str(error)
+
+
+def _votes_of(request_id: UUID | str) -> list[ApprovalVote]:
+    """A request's votes, in the order an approval lists them (ApprovalVote's own): one statement built once."""
+    votes, sql = _votes_read()
+    return [votes.instance(row) for row in fetch(sql, [votes.param("request", request_id)])]
+
+
+@functools.cache
+def _votes_read() -> tuple[Columns, str]:
+    votes = Columns.every(ApprovalVote, "v")
+    return votes, f"SELECT {votes.sql} FROM {votes.table} v WHERE v.request_id = %s ORDER BY v.created_at"  # noqa: S608
 
 
 # A vote's two writes, built once per process (apps/core/rows.py): compiled by the ORM on every decision they cost

@@ -66,16 +66,18 @@ MAILED_KINDS = ("tool_call", "question")  # held calls and agents' questions: ea
 
 # --- notify ---------------------------------------------------------------------------------------
 
-def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any]) -> Notification | None:
+def notify(*, org_id: UUID | str, event: str, payload: dict[str, Any], heard: Channels | None = None
+           ) -> Notification | None:
     """Tells the org's webhooks (and, when turned on, its approvers by email) that `event` happened.
 
     Call inside the transaction of the change; nothing is sent unless it commits. `payload` is
     plain JSON (ids and short facts; secrets are redacted). Returns None when nobody listens.
+    `heard`: the org's `Channels`, when the caller read them with its own reads (`channels_statement`).
     """
     if not EVENT_NAME.match(event):
         raise ValueError(f"Event names are dotted lowercase words, not {event!r}.")
 
-    heard = _channels(org_id)
+    heard = heard or channels(org_id)
     hooks = ([h for h in Webhook.objects.filter(org_id=org_id, enabled=True) if h.wants(event)]
              if heard.webhooks else [])
     emails = _email_recipients(org_id, event, payload, mailed=heard.mailed)
@@ -115,7 +117,7 @@ def _enqueue_slack(org_id: UUID | str, approval_id: str, event: str) -> None:
 
 
 @dataclass(frozen=True)
-class _Channels:
+class Channels:
     """What an organisation has set up to hear of its events."""
 
     webhooks: bool  # an enabled webhook (which events each wants is its own row's)
@@ -124,15 +126,25 @@ class _Channels:
     routes: bool  # an approval route (apps.notifications.routing)
 
 
-def _channels(org_id: UUID | str) -> _Channels:
-    """`_Channels` in one statement, built once per process: every decision, held call and finished run asks, and
+def channels(org_id: UUID | str) -> Channels:
+    """`Channels` in one statement, built once per process: every decision, held call and finished run asks, and
     most organisations have few of them or none (three reads, one per channel, were a fifth of a decision's
     statements; one query through the ORM, compiling its four subqueries each time, ~2 ms of CPU)."""
-    mailed, sql = _channels_read()
+    return channels_from(fetch(*channels_statement(org_id)))
+
+
+def channels_statement(org_id: UUID | str) -> tuple[str, list[Any]]:
+    """The statement `channels` sends, for a caller that sends it with its own first reads (one round trip for
+    all: `apps.core.rows.fetch_together`); `channels_from` reads its rows."""
     org = Organization._meta.pk.get_db_prep_value(org_id, connection)
-    webhooks, events, slack, routes = fetch(sql, [org] * 4)[0]
-    return _Channels(webhooks=bool(webhooks), mailed=mailed.values([events])[0] or [], slack=bool(slack),
-                     routes=bool(routes))
+    return _channels_read()[1], [org] * 4
+
+
+def channels_from(rows: list[tuple]) -> Channels:
+    mailed = _channels_read()[0]
+    webhooks, events, slack, routes = rows[0]
+    return Channels(webhooks=bool(webhooks), mailed=mailed.values([events])[0] or [], slack=bool(slack),
+                    routes=bool(routes))
 
 
 @functools.cache

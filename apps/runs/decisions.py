@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
 import jsonschema
 from django.core.exceptions import ValidationError
-from django.db import connection, connections, transaction
+from django.db import IntegrityError, connection, connections, transaction
 from django.db.models import Model
 from django.utils import timezone
 
@@ -20,17 +21,19 @@ from apps.agents.models import Agent
 from apps.approvals import definition_changes
 from apps.approvals import selectors as approval_selectors
 from apps.approvals import services as approvals
-from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, ApprovalVote
+from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
 from apps.core import tracing
 from apps.core.db import pipeline
 from apps.core.errors import Conflict, NotFound, ValidationFailed
 from apps.core.metrics import APPROVAL_DECISION_SECONDS
-from apps.core.rows import Columns, cache_related, fetch, fetch_together, split
+from apps.core.rows import Columns, fetch_together, split
+from apps.notifications import services as notifications
+from apps.notifications.services import Channels
 from apps.registry.models import McpServer, Tool
 from apps.runs import ledger
 from apps.runs.engine.hashing import args_hash
-from apps.runs.ledger import append_event, publish_status
+from apps.runs.ledger import append_event, publish_status, send_events
 from apps.runs.models import CallState, Run, RunStatus, ToolCall
 from apps.runs.outcome import writes_not_done
 from apps.runs.queue import enqueue, enqueue_on_commit
@@ -60,11 +63,8 @@ def decide(*, actor: Actor, approval_id: UUID | str, decision: str, arguments: d
     if given is None:  # a tool-definition item (decided by apps.approvals.definition_changes): read it again
         request = approval_selectors.get_approval(org_id=actor.org_id, approval_id=approval_id)
         given = request.votes.filter(decision="approve").count()
-    else:  # as this decision's transaction left it, its agent, tool and server loaded: its votes only to read
+    else:  # as this decision's transaction left it, its agent, tool, server and votes loaded
         request = decided
-        votes, sql = _votes_read()
-        found = fetch(sql, [votes.param("request", request.id)])
-        cache_related(request, "votes", [votes.instance(row) for row in found])
     return Decision(request=request, approvals=given, edited=arguments is not None and decision == "approve")
 
 
@@ -83,7 +83,7 @@ def decide_approval(*, actor: Actor, approval_id: UUID | str, decision: str, arg
     actor.require("approvals.decide")
     with transaction.atomic():
         # The request (its agent, tool and server as the decision's answer shows them) and its run, both locked.
-        request, run = _locked(org_id=actor.org_id, approval_id=approval_id)
+        request, run, heard = _locked(org_id=actor.org_id, approval_id=approval_id)
         if request is None:
             raise NotFound("No such approval request.")
         if request.kind in (ApprovalKind.QUESTION, ApprovalKind.ELICITATION):
@@ -102,15 +102,26 @@ def decide_approval(*, actor: Actor, approval_id: UUID | str, decision: str, arg
         # vote's inbox count and notifications): the worker starts while those are still being sent.
         resume: list[UUID] = []
         transaction.on_commit(lambda: resume and enqueue(resume[0], resume=True))
-        request = approvals.record_vote(actor=actor, request=request, decision=decision, comment=comment,
-                                        arguments=edited, approved_args_hash=args_hash(edited) if edited else "",
-                                        standing_choice=standing)
-        if run is not None and request.kind == ApprovalKind.TOOL_CALL and _follow_vote(
-                run, request, actor=actor, decision=decision, comment=comment, edited=edited is not None):
+        followed = None
+        try:
+            # The vote, the request's new state, the run's event and resume, the audit row and the COMMIT: one
+            # round trip. Nothing in it reads an answer before the end (the votes so far, when a request needs
+            # more than one, are read under the lock first).
+            with pipeline(commit=True):
+                request = approvals.record_vote(
+                    actor=actor, request=request, decision=decision, comment=comment, arguments=edited,
+                    approved_args_hash=args_hash(edited) if edited else "", standing_choice=standing, heard=heard)
+                if run is not None and request.kind == ApprovalKind.TOOL_CALL:
+                    followed = _follow_vote(run, request, actor=actor, decision=decision, comment=comment,
+                                            edited=edited is not None)
+                approvals.audit_vote(actor=actor, request=request, decision=decision, comment=comment,
+                                     edited=arguments is not None)
+        except IntegrityError as error:
+            if approvals.second_vote(error):
+                raise Conflict("You already voted on this request.") from None
+            raise
+        if followed is not None and followed():
             resume.append(run.id)
-        with pipeline(commit=True):  # the audit row's statements and the COMMIT: one round trip
-            approvals.audit_vote(actor=actor, request=request, decision=decision, comment=comment,
-                                 edited=arguments is not None)
     return request
 
 
@@ -149,17 +160,20 @@ def _decision_read() -> _DecisionRead:
     return _DecisionRead()
 
 
-def _locked(*, org_id: UUID | str, approval_id: UUID | str) -> tuple[ApprovalRequest | None, Run | None]:
+def _locked(*, org_id: UUID | str, approval_id: UUID | str
+            ) -> tuple[ApprovalRequest | None, Run | None, Channels | None]:
     """The organisation's request `approval_id` and its run (None when there is no such request, or it has no run),
-    locked for the caller's transaction (`_DecisionRead`)."""
+    locked for the caller's transaction (`_DecisionRead`), and the channels the organisation hears a decision on
+    (read in the same round trip: a decided request notifies them)."""
     read = _decision_read()
     try:
         keys = [read.request.param("id", approval_id), read.request.param("org", org_id)]
     except (ValueError, ValidationError):
-        return None, None
-    request_rows, run_rows = fetch_together([(sql, keys) for sql in read.sql])
+        return None, None, None
+    request_rows, run_rows, channel_rows = fetch_together(
+        [(sql, keys) for sql in read.sql] + [notifications.channels_statement(org_id)])
     if not request_rows:
-        return None, None
+        return None, None, None
     request_row, agent_row, tool_row, server_row = split(request_rows[0], read.request, read.agent, read.tool,
                                                          read.server)
     request = read.request.instance(request_row)
@@ -169,33 +183,39 @@ def _locked(*, org_id: UUID | str, approval_id: UUID | str) -> tuple[ApprovalReq
         request.tool.server = read.server.instance(server_row)
     else:
         request.tool = None
-    return request, read.run.instance(run_rows[0]) if run_rows else None
-
-
-@functools.cache
-def _votes_read() -> tuple[Columns, str]:
-    """A request's votes, in the order the answer lists them (ApprovalVote's own)."""
-    votes = Columns.every(ApprovalVote, "v")
-    return votes, f"SELECT {votes.sql} FROM {votes.table} v WHERE v.request_id = %s ORDER BY v.created_at"  # noqa: S608
+    return (request, read.run.instance(run_rows[0]) if run_rows else None,
+            notifications.channels_from(channel_rows))
 
 
 def _follow_vote(run: Run, request: ApprovalRequest, *, actor: Actor, decision: str, comment: str,
-                 edited: bool) -> bool:
-    """The run's side of a vote (caller holds the run row lock): its event, and when the request is decided and
-    nothing else is pending, waiting -> queued. Says whether the run was queued (the caller enqueues it)."""
+                 edited: bool) -> Callable[[], bool]:
+    """The run's side of a vote, sent in the caller's batch (caller holds the run row lock): its event, and when the
+    request is decided and nothing else is pending, waiting -> queued. Returns what, once the batch's answers are
+    in, publishes the event and says whether the run was queued (the caller enqueues it)."""
     if request.status == ApprovalStatus.PENDING:  # M of N: more approvals needed
-        append_event(run.id, "approval.voted", approval_id=str(request.id), decision=decision, by=actor.label,
-                     votes=request.votes_cast, required=request.required_approvals)
-        return False
-    append_event(run.id, "approval.decided", approval_id=str(request.id), tool_call_id=str(request.tool_call_id),
-                 decision=request.status, by=actor.label, comment=comment[:500], edited=edited)
+        published = send_events(run.id, [("approval.voted", {
+            "approval_id": str(request.id), "decision": decision, "by": actor.label, "votes": request.votes_cast,
+            "required": request.required_approvals})])
+
+        def voted() -> bool:
+            published()
+            return False
+        return voted
+    published = send_events(run.id, [("approval.decided", {
+        "approval_id": str(request.id), "tool_call_id": str(request.tool_call_id), "decision": request.status,
+        "by": actor.label, "comment": comment[:500], "edited": edited})])
     if request.decided_at:
         APPROVAL_DECISION_SECONDS.labels(decision=request.status).observe(
             (request.decided_at - request.created_at).total_seconds())
         tracing.record("approval.wait", start=request.created_at, end=request.decided_at,
                        parent=trace_parent(run.id), run_id=run.id, decision=request.status,
                        approval_id=request.id, title=request.title, by=actor.label)
-    return resume_if_ready(run, enqueue=False)
+    queued = send_resume(run, enqueue=False)
+
+    def answered() -> bool:
+        published()
+        return queued()
+    return answered
 
 
 def expire_due_approvals() -> int:
@@ -236,33 +256,44 @@ def _check_arguments(request: ApprovalRequest, arguments: Any) -> None:
 
 # Waiting -> queued in one statement, only when no approval of the run is pending and no call is unknown.
 # Plain SQL: compiling the two subqueries through the ORM cost ~2 ms on every decision, before the commit
-# the resume waits for.
+# the resume waits for. RETURNING, not the row count: in a batch the count is not known until its end.
 _RESUME_SQL = """
 UPDATE runs_run SET status = 'queued', updated_at = %s
 WHERE id = %s AND status = 'waiting'
   AND NOT EXISTS (SELECT 1 FROM approvals_approvalrequest a WHERE a.run_id = runs_run.id AND a.status = 'pending')
   AND NOT EXISTS (SELECT 1 FROM runs_toolcall t WHERE t.run_id = runs_run.id AND t.state = 'unknown')
+RETURNING id
 """
 
 
 def resume_if_ready(run: Run, *, enqueue: bool = True) -> bool:
     """Caller holds the run row lock. Waiting and nothing pending -> queued, resume enqueued on commit
     (`enqueue=False`: the caller enqueues it). Says whether the run was queued."""
+    return send_resume(run, enqueue=enqueue)()
+
+
+def send_resume(run: Run, *, enqueue: bool = True) -> Callable[[], bool]:
+    """`resume_if_ready` in two halves, for a batch (apps.core.db.pipeline): sends the UPDATE now and returns what
+    reads whether it queued the run (then publishes the status and enqueues the resume), to be called once the
+    batch's answers are in."""
     if run.status != RunStatus.WAITING:
-        return False
+        return lambda: False
     now = timezone.now()
     connection = connections[Run.objects.db]
-    with connection.cursor() as cursor:
-        cursor.execute(_RESUME_SQL, [Run._meta.get_field("updated_at").get_db_prep_value(now, connection),
-                                     Run._meta.pk.get_db_prep_value(run.id, connection)])
-        queued = cursor.rowcount
-    if not queued:
-        return False
-    run.status, run.updated_at = RunStatus.QUEUED, now
-    publish_status(run)
-    if enqueue:
-        enqueue_on_commit(run.id, resume=True)
-    return True
+    cursor = connection.cursor()  # left open: the batch sets its results after this returns
+    cursor.execute(_RESUME_SQL, [Run._meta.get_field("updated_at").get_db_prep_value(now, connection),
+                                 Run._meta.pk.get_db_prep_value(run.id, connection)])
+
+    def queued() -> bool:
+        with cursor:
+            if cursor.fetchone() is None:
+                return False
+        run.status, run.updated_at = RunStatus.QUEUED, now
+        publish_status(run)
+        if enqueue:
+            enqueue_on_commit(run.id, resume=True)
+        return True
+    return queued
 
 
 def resolve_unknown_call(*, actor: Actor, tool_call_id: UUID | str, outcome: str, note: str = "") -> ToolCall:

@@ -151,9 +151,10 @@ def send_events(run_id: UUID | str, events: list[tuple[str, dict[str, Any]]],
                 totals: Totals | None = None, *, publish_last: int | None = None) -> Callable[[], None]:
     """`append_events` in two halves, for a batch (apps.core.db.pipeline): sends the statement now and returns
     what reads its sequence numbers and publishes them, to be called once the batch's answers are in. Call
-    inside the transaction of the change."""
+    inside the transaction of the change. One event goes the same way (`append_event` would wait for its
+    sequence number in the middle of the batch)."""
     connection = connections[RunEvent.objects.db]
-    if connection.vendor != "postgresql" or len(events) < 2:
+    if connection.vendor != "postgresql" or not events:
         if totals:
             Run.objects.filter(id=run_id).update(**totals.updates())
         for type, data in events:

@@ -15,7 +15,7 @@ from django.utils import timezone
 from apps.accounts.actors import member_actor
 from apps.approvals import standing
 from apps.approvals.definition_changes import inbox
-from apps.approvals.models import ApprovalRequest, StandingApproval
+from apps.approvals.models import ApprovalRequest, ApprovalVote, StandingApproval
 from apps.audit.models import AuditEvent
 from apps.audit.selectors import verify_chain
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
@@ -165,6 +165,37 @@ def test_a_decisions_answer_shows_the_request_as_a_fresh_read_does_and_another_o
     assert [(vote["decision"], vote["comment"]) for vote in shown["votes"]] == [("approve", "fine by me"),
                                                                                 ("approve", "")]
     assert shown["decided_by"] and shown["decided_at"] and A1001.items() <= shown["approved_arguments"].items()
+    _run, single = held_run(desk, desk.refund_desk(name="Single"))  # one approval: its answer reads no vote back
+    answer = voters[0].post(f"/api/v1/approvals/{single.id}/decision", {"decision": "reject", "comment": "no"},
+                            content_type="application/json")
+    assert answer.status_code == 200 and answer.json() == voters[0].get(f"/api/v1/approvals/{single.id}").json()
+    assert [(vote["decision"], vote["comment"]) for vote in answer.json()["votes"]] == [("reject", "no")]
+
+
+@pytest.mark.django_db
+def test_a_vote_the_database_refuses_leaves_no_part_of_the_decision_written(desk, org):
+    """A decision's writes go out in one batch with its COMMIT (apps.runs.decisions.decide_approval). When the
+    database refuses one of them (here a second vote of one person, `approval_vote_once`, which the checks under
+    the lock cannot see on a request that needs one approval), the person gets 409 and none of it is kept: not the
+    request's new status, the run's event, its resume or the audit row."""
+    crew = desk.refund_desk()
+    run, request = held_run(desk, crew)
+    approver = add_member(org, "approver")
+    ApprovalVote.objects.create(org=org, request=request, user=approver.user, actor_label=approver.user.email,
+                                decision="approve")
+    client = Client(headers={"Authorization": f"Bearer {token_for(org, 'approver', member=approver)}"})
+    events, audited = RunEvent.objects.filter(run=run).count(), AuditEvent.objects.filter(org=org).count()
+    answer = client.post(f"/api/v1/approvals/{request.id}/decision", {"decision": "approve"},
+                         content_type="application/json")
+    assert answer.status_code == 409 and answer.json()["detail"] == "You already voted on this request."
+    request.refresh_from_db()
+    assert (request.status, request.decided_at, request.votes.count()) == ("pending", None, 1)
+    assert Run.objects.get(id=run.id).status == "waiting"
+    assert RunEvent.objects.filter(run=run).count() == events
+    assert AuditEvent.objects.filter(org=org).count() == audited
+    other = client.post(f"/api/v1/approvals/{held_run(desk, crew)[1].id}/decision", {"decision": "approve"},
+                        content_type="application/json")
+    assert other.status_code == 200 and other.json()["status"] == "approved"  # the connection is usable after
 
 
 @pytest.mark.django_db
