@@ -47,12 +47,23 @@ def crew_for_run_plain(*, org_id: UUID, crew_id: UUID | str) -> Crew:
 
 def crew_for_run(*, org_id: UUID, crew_id: UUID | str) -> Crew:
     """`crew_for_run_plain`'s crew, read in one round trip of prebuilt statements (see the module's docstring)."""
+    return crew_from(fetch_together(crew_statements(org_id=org_id, crew_id=crew_id)))
+
+
+def crew_statements(*, org_id: UUID, crew_id: UUID | str) -> list[tuple[str, list[Any]]]:
+    """The statements `crew_for_run` sends, for a caller that sends its own reads in the same round trip
+    (`apps.core.rows.fetch_together`); `crew_from` reads their rows. Raises NotFound for an id that is none."""
     reads = _reads()
     try:
         crew_key, org_key = reads.crew.param("id", crew_id), reads.crew.param("org", org_id)
     except (ValueError, ValidationError):
         raise NotFound("No such crew.") from None
-    found = fetch_together(reads.statements(crew_key, org_key))
+    return reads.statements(crew_key, org_key)
+
+
+def crew_from(found: Sequence[list[tuple]]) -> Crew:
+    """The crew from the rows of `crew_statements`, in their order. Raises NotFound."""
+    reads = _reads()
     crew_rows, task_rows, member_rows, agent_rows, grant_rows, context_rows = found
     if not crew_rows:
         raise NotFound("No such crew.")

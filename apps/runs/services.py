@@ -19,15 +19,16 @@ from apps.agents import selectors as agents
 from apps.agents.prompts import compose_supervisor_prompt
 from apps.audit import services as audit
 from apps.core import tracing
+from apps.core.db import end_transaction
 from apps.core.errors import Conflict, ValidationFailed
-from apps.core.rows import Inserts
+from apps.core.rows import Columns, Inserts, fetch_together
 from apps.costs import selectors as budgets
 from apps.crews import run_read
 from apps.crews import selectors as crews
 from apps.registry.definitions import TRUSTED, output_trust, reaches_open_world
 from apps.registry.models import Tool
 from apps.runs import ledger
-from apps.runs.ledger import append_event, lock_pending_requests, publish_status
+from apps.runs.ledger import append_event, lock_pending_requests, publish_status, send_events
 from apps.runs.models import Run, RunStatus
 from apps.runs.queue import enqueue_on_commit
 from apps.runs.selectors import get_run
@@ -119,11 +120,12 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
     """
     actor.require("runs.start")
     key = (idempotency_key or "").strip()[:200]
-    if key:
-        existing = Run.objects.filter(org_id=actor.org_id, idempotency_key=key).first()
-        if existing is not None:
-            return _same_request(existing, crew_id)
-    crew = run_read.crew_for_run(org_id=actor.org_id, crew_id=crew_id)
+    # The run this key started, if any, and the crew: one round trip.
+    keyed = [_keyed_run_statement(org_id=actor.org_id, key=key)] if key else []
+    found = fetch_together(keyed + run_read.crew_statements(org_id=actor.org_id, crew_id=crew_id))
+    if key and found[0]:
+        return _same_request(_keyed_run_read()[0].instance(found[0][0]), crew_id)
+    crew = run_read.crew_from(found[len(keyed):])
     if not crew.enabled:
         raise ValidationFailed(f"The crew {crew.name!r} is disabled.", {"crew": "This crew is disabled."})
     disabled = crews.disabled_agents(crew)
@@ -140,13 +142,17 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
             run = Run(org_id=actor.org_id, crew=crew, crew_name=crew.name, inputs=clean, snapshot=snapshot,
                       started_by_id=actor.user_id, started_by_label=actor.label, idempotency_key=key,
                       state={"task_index": 0, "outputs": {}}, trace_parent=tracing.traceparent())
-            _run_inserts().send([run])
             if root is not None:
                 root.set_attribute("airlock.run_id", str(run.id))
-            append_event(run.id, "run.queued", crew=crew.name, inputs=clean, by=actor.label)
-            # Last, in one statement: the audit row locks the organisation's chain head until the commit.
-            audit.send_record(org_id=actor.org_id, actor=actor, action="run.started", target=run,
-                              target_label=crew.name, data={"inputs": clean, "crew_version": crew.version})
+            # BEGIN, the run, its first event, the audit row and the COMMIT: one round trip. The audit row is
+            # last: it locks the organisation's chain head until the commit.
+            with end_transaction():
+                _run_inserts().send([run])
+                published = send_events(run.id, [("run.queued", {"crew": crew.name, "inputs": clean,
+                                                                 "by": actor.label})])
+                audit.send_record(org_id=actor.org_id, actor=actor, action="run.started", target=run,
+                                  target_label=crew.name, data={"inputs": clean, "crew_version": crew.version})
+            published()
             publish_status(run)
             if enqueue:
                 enqueue_on_commit(run.id)
@@ -156,6 +162,19 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
             return _same_request(existing, crew_id)
         raise
     return run
+
+
+def _keyed_run_statement(*, org_id: UUID | str, key: str) -> tuple[str, list[Any]]:
+    columns, sql = _keyed_run_read()
+    return sql, [columns.param("org", org_id), key]
+
+
+@functools.cache
+def _keyed_run_read() -> tuple[Columns, str]:
+    """The organisation's run an Idempotency-Key started (unique per organisation: `run_org_idempotency_key`)."""
+    columns = Columns.every(Run, "r")
+    return columns, (f"SELECT {columns.sql} FROM {columns.table} r "  # noqa: S608 (names from the model only)
+                     "WHERE r.org_id = %s AND r.idempotency_key = %s LIMIT 1")
 
 
 @functools.cache
