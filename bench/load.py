@@ -353,10 +353,13 @@ def concurrent_runs(bases: list[str], s: dict, runs: int, clients: int, threads:
     started_at = time.time() - wall
     mine, mine_latencies, mine_errors, _ = timed_requests("POST", watched_items, s["starter"], threads, ok=201)
     watched = [a["id"] for a in mine if a]
+    # each batch's own latencies: where in the phase a slow start was (the pages connect during the last one)
+    by_batch = {"ahead": ms(latencies), "watched": ms(mine_latencies)}
     answers, latencies, errors = answers + mine, latencies + mine_latencies, errors + mine_errors
     with Watchers(bases, s["cookie"], watched) as watchers:
         more, more_latencies, more_errors, _ = timed_requests("POST", rest[ahead:], s["starter"], threads,
                                                               ok=201)
+        by_batch["with_pages"] = ms(more_latencies)
         answers += more
         latencies += more_latencies
         errors += more_errors
@@ -395,7 +398,7 @@ def concurrent_runs(bases: list[str], s: dict, runs: int, clients: int, threads:
                      if at >= watchers.opened_at.get(run_id, float("inf")) and arrived >= at]
     return {
         "runs": runs, "started": len(ids), "api_errors": errors[:5], "api_error_count": len(errors),
-        "start_ms": ms(latencies), "statuses": statuses,
+        "start_ms": ms(latencies), "start_ms_by_batch": by_batch, "statuses": statuses,
         "runs_per_s": round(len(ids) / (last_finish - started_at), 2),
         "wall_s": round(finished - started_at, 1),
         "queued_to_finished_ms": ms([(r["finished_at"] - r["created_at"]).total_seconds() * 1000 for r in rows
