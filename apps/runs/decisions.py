@@ -196,25 +196,22 @@ def _follow_vote(run: Run, request: ApprovalRequest, *, actor: Actor, decision: 
         published = send_events(run.id, [("approval.voted", {
             "approval_id": str(request.id), "decision": decision, "by": actor.label, "votes": request.votes_cast,
             "required": request.required_approvals})])
-
-        def voted() -> bool:
-            published()
-            return False
-        return voted
-    published = send_events(run.id, [("approval.decided", {
-        "approval_id": str(request.id), "tool_call_id": str(request.tool_call_id), "decision": request.status,
-        "by": actor.label, "comment": comment[:500], "edited": edited})])
-    if request.decided_at:
-        APPROVAL_DECISION_SECONDS.labels(decision=request.status).observe(
-            (request.decided_at - request.created_at).total_seconds())
-        tracing.record("approval.wait", start=request.created_at, end=request.decided_at,
-                       parent=trace_parent(run.id), run_id=run.id, decision=request.status,
-                       approval_id=request.id, title=request.title, by=actor.label)
-    queued = send_resume(run, enqueue=False)
+        queued = None
+    else:
+        published = send_events(run.id, [("approval.decided", {
+            "approval_id": str(request.id), "tool_call_id": str(request.tool_call_id), "decision": request.status,
+            "by": actor.label, "comment": comment[:500], "edited": edited})])
+        if request.decided_at:
+            APPROVAL_DECISION_SECONDS.labels(decision=request.status).observe(
+                (request.decided_at - request.created_at).total_seconds())
+            tracing.record("approval.wait", start=request.created_at, end=request.decided_at,
+                           parent=trace_parent(run.id), run_id=run.id, decision=request.status,
+                           approval_id=request.id, title=request.title, by=actor.label)
+        queued = send_resume(run, enqueue=False)
 
     def answered() -> bool:
         published()
-        return queued()
+        return queued is not None and queued()
     return answered
 
 

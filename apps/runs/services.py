@@ -121,10 +121,11 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
     actor.require("runs.start")
     key = (idempotency_key or "").strip()[:200]
     # The run this key started, if any, and the crew: one round trip.
-    keyed = [_keyed_run_statement(org_id=actor.org_id, key=key)] if key else []
+    columns, keyed_sql = _keyed_run_read()
+    keyed = [(keyed_sql, [columns.param("org", actor.org_id), key])] if key else []
     found = fetch_together(keyed + run_read.crew_statements(org_id=actor.org_id, crew_id=crew_id))
     if key and found[0]:
-        return _same_request(_keyed_run_read()[0].instance(found[0][0]), crew_id)
+        return _same_request(columns.instance(found[0][0]), crew_id)
     crew = run_read.crew_from(found[len(keyed):])
     if not crew.enabled:
         raise ValidationFailed(f"The crew {crew.name!r} is disabled.", {"crew": "This crew is disabled."})
@@ -162,11 +163,6 @@ def start_run(*, actor: Actor, crew_id: UUID | str, inputs: dict[str, Any] | Non
             return _same_request(existing, crew_id)
         raise
     return run
-
-
-def _keyed_run_statement(*, org_id: UUID | str, key: str) -> tuple[str, list[Any]]:
-    columns, sql = _keyed_run_read()
-    return sql, [columns.param("org", org_id), key]
 
 
 @functools.cache
