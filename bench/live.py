@@ -174,7 +174,6 @@ def _quiet_run(setup) -> str:
 
 
 def events(setup, *, samples: int, burst: int) -> dict:
-    from asgiref.sync import async_to_sync
     from channels.layers import get_channel_layer
     from django.conf import settings
     from django.db import transaction
@@ -186,18 +185,23 @@ def events(setup, *, samples: int, burst: int) -> dict:
     layer = get_channel_layer()
     out: dict = {"layer": settings.CHANNEL_LAYERS["default"]["BACKEND"]}
     # floor: group_send -> frame through a bare consumer
+    # Sent from one event loop kept running, as a process's sender thread sends: the pub/sub layer keeps its
+    # connections per loop, and `async_to_sync` would give every send a new loop and a new connection.
+    sender = asyncio.new_event_loop()
+    threading.Thread(target=sender.run_forever, daemon=True).start()
     port, server = uvicorn("bench.floor_asgi:application")
     with server, Client(f"ws://127.0.0.1:{port}/ws/floor/", {"Origin": f"http://127.0.0.1:{port}"}) as client:
         time.sleep(0.3)
         floor = []
         for seq in range(1, samples + 11):
             started = time.perf_counter()
-            async_to_sync(layer.group_send)("bench.floor", {"type": "realtime.event", "event": "floor",
-                                                            "data": {"seq": seq}})
+            asyncio.run_coroutine_threadsafe(layer.group_send("bench.floor", {
+                "type": "realtime.event", "event": "floor", "data": {"seq": seq}}), sender).result()
             arrived = client.wait_for(seq)
             if seq > 10:
                 floor.append((arrived - started) * 1000)
             time.sleep(0.01)
+    sender.call_soon_threadsafe(sender.stop)
     out["floor_ms"] = floor
     # the publishing thread's cost: apps.core.realtime.publish (hand-off to the sender thread)
     cost = []

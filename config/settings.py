@@ -246,19 +246,14 @@ EMBEDDED = not REDIS_URL
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            # channels_redis's layer, reconnecting after a Redis restart (apps/core/redis_layer.py)
-            "BACKEND": "apps.core.redis_layer.ReconnectingRedisChannelLayer",
+            # channels_redis's pub/sub layer, reconnecting after a Redis restart (apps/core/redis_layer.py says why
+            # pub/sub: a web process takes its messages off one connection, no round trip per message)
+            "BACKEND": "apps.core.redis_layer.ReconnectingPubSubChannelLayer",
             "CONFIG": {
                 # redis-py 8 defaults socket_timeout to 5 s, which kills idle consumers
                 # ("Timeout reading from ..."); a blocking read must wait forever.
                 "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
                 "prefix": os.environ.get("AIRLOCK_CHANNEL_PREFIX", "airlock"),
-                # Every socket of a web process reads from one Redis list ("specific.<process>!"), and
-                # channels_redis drops a message, silently, once that list holds `capacity` (default 100): a
-                # busy process with fifty run pages fell that far behind under load and its pages stopped
-                # updating (bench/load.py). Messages still expire after 60 s; run pages also catch up from the
-                # table when they hear nothing (apps/web/consumers.py, CATCH_UP_S).
-                "channel_capacity": {"specific.*": 10_000},
             },
         }
     }

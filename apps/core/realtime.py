@@ -8,21 +8,23 @@ Sending is off the caller's path: `publish` hands the message to this process's 
 (one event loop, one channel layer) and returns in microseconds, so a worker's step never waits
 for Redis (bench/run.py: "publish cost"). Messages that only nudge a reader of the events table
 (`run.event`: the consumer reads every event after its last seq) are coalesced per group while
-they wait: a burst of 500 events sends a few nudges, and none is needed per event. The layer may still
-drop a nudge (it counts its capacity per web process, whose sockets share one list; config/settings.py),
-so a run page that hears nothing for a while reads the table itself (apps/web/consumers.py, CATCH_UP_S):
-a dropped nudge delays an event, it never loses one. A group's nudge goes out at
-once when its last one left more than `NUDGE_INTERVAL_S` ago, else when that interval is over (the
-newest then replaces those that waited): a worker's step commits several events, and each send costs
-its process ~0.3 ms of CPU that the step's own threads wait for (bench/run.py "per step"); a person
-watching a run cannot tell 15 ms. Other messages are sent each, in order. A live update is best effort:
-pages re-read on load.
+they wait: a burst of 500 events sends a few nudges, and none is needed per event. The layer may still lose a
+nudge (Redis's pub/sub keeps nothing for a process that is not listening at that moment, and a restart loses
+what is in flight: apps/core/redis_layer.py), so a run page that hears nothing for a while reads the table
+itself (apps/web/consumers.py, CATCH_UP_S): a lost nudge delays an event, it never loses one. A group's nudge
+goes out at once when its last one left more than `NUDGE_INTERVAL_S` ago, else when that interval is over (the
+newest then replaces those that waited): a worker's step commits several events, and each send costs its
+process ~0.3 ms of CPU that the step's own threads wait for (bench/run.py "per step"); a person watching a run
+cannot tell 15 ms. Other messages are sent each, in order. A live update is best effort: pages re-read on
+load.
 
-Most runs have nobody watching. On the Redis layer a nudge to an empty group still costs its two commands
-(~0.5 ms of the worker's CPU), so a run's nudges first ask whether the group has a member (one ZCARD, its
-answer kept for `UNWATCHED_RECHECK_S`). An empty group's nudges are held back meanwhile, and when that time
-is over the newest held one is tried again: a page that joined meanwhile (it catches up from the table on
-connect) hears of anything newer within that time. A page that left may get nudges for that long.
+Most runs have nobody watching. On the Redis layer a nudge to an empty group still costs a PUBLISH (~0.1 ms of
+the worker's CPU; channels_redis's sorted-set layer spent ~0.25), and a step may send several, so a run's
+nudges first ask whether any process listens to the group (`group_watched`: one PUBSUB NUMSUB, about as dear
+as one PUBLISH, its answer kept for `UNWATCHED_RECHECK_S`). An empty group's nudges are held back meanwhile,
+and when that time is over the newest held one is tried again: a page that joined meanwhile (it catches up
+from the table on connect) hears of anything newer within that time. A page that left may get nudges for that
+long.
 """
 
 from __future__ import annotations
@@ -38,7 +40,6 @@ from uuid import UUID
 
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
-from channels_redis.core import RedisChannelLayer
 from django.db import connections, transaction
 
 from apps.core.channel_layer import DatabaseChannelLayer
@@ -166,7 +167,7 @@ class _Sender:
 
     async def _watched(self, layer: Any, key: tuple, message: dict) -> bool:
         """Whether `key`'s group may have a member (see the module's doc); holds the nudge back when not."""
-        if not isinstance(layer, RedisChannelLayer):
+        if not hasattr(layer, "group_watched"):  # the embedded layer: a send costs a local insert
             return True
         group, now = key[0], self._loop.time()
         watched, until = self._asked.get(group, (True, 0.0))
@@ -174,8 +175,7 @@ class _Sender:
             if not watched:
                 self._held[key] = message
             return watched
-        connection = layer.connection(layer.consistent_hash(group))
-        watched = bool(await connection.zcard(layer._group_key(group)))
+        watched = await layer.group_watched(group)
         if len(self._asked) > 1024:  # a long-lived worker sees many runs: forget those past due
             self._asked = {g: asked for g, asked in self._asked.items() if asked[1] > now}
         self._asked[group] = (watched, now + UNWATCHED_RECHECK_S)

@@ -9,12 +9,12 @@ import re
 import pytest
 from channels.layers import channel_layers
 from channels.testing.websocket import WebsocketCommunicator
-from channels_redis.core import RedisChannelLayer
 from django.conf import settings
 from django.db import transaction
 from django.test import override_settings
 
 from apps.core.realtime import org_group, run_group
+from apps.core.redis_layer import ReconnectingPubSubChannelLayer
 from apps.runs import decisions, services, worker
 from apps.runs.ledger import append_event
 from apps.web.consumers import CATCH_UP_S
@@ -210,13 +210,17 @@ def test_new_events_reach_the_page_while_its_panels_are_still_rendering(layer, w
 
 
 async def the_layer_forgets(group: str) -> None:
-    """What a web process's sockets live through when the layer loses their messages: channels_redis drops, without
-    an error, every message for a process whose sockets' list is full (bench/load.py: pages of a busy process
-    stopped updating mid-run), and a Redis restart without persistence forgets every group. Here the layer forgets
-    that anyone listens to `group`: nothing sent to it reaches the page any more."""
+    """What a web process's sockets live through when the layer loses their messages: Redis's pub/sub keeps nothing
+    for a process that is not listening at that moment (a reconnect, a stalled process that Redis cut off), and
+    the old sorted-set layer dropped, without an error, every message for a process whose list was full
+    (bench/load.py: pages of a busy process stopped updating mid-run). Here this process stops listening to
+    `group`: nothing sent to it reaches the page any more."""
     layer = channel_layers["default"]
-    if isinstance(layer, RedisChannelLayer):
-        await layer.connection(layer.consistent_hash(group)).delete(layer._group_key(group))
+    if isinstance(layer, ReconnectingPubSubChannelLayer):
+        here = layer._get_layer()  # this event loop's, which the page's consumer receives on
+        channel = here._get_group_channel_name(group)
+        here.groups.pop(channel, None)
+        await here._get_shard(channel).unsubscribe(channel)
     else:
         layer.groups.pop(group, None)
 

@@ -8,8 +8,10 @@ import time
 
 import pytest
 from channels.layers import get_channel_layer
+from channels_redis.pubsub import RedisPubSubLoopLayer
 
 from apps.core import realtime
+from apps.core.redis_layer import ReconnectingPubSubChannelLayer
 from tests.processes import run_async
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -61,17 +63,17 @@ def test_nudges_to_a_run_nobody_watches_cost_no_sends_and_a_page_that_joins_stil
     sends, and a page that joins while its nudges are held back hears the newest one once the group's
     time as empty is over (it caught up from the table when it connected)."""
     layer = get_channel_layer()
-    assert isinstance(layer, realtime.RedisChannelLayer)
+    assert isinstance(layer, ReconnectingPubSubChannelLayer)
     group = f"run.unwatched-{time.monotonic_ns()}"
     sends = []
-    original = type(layer).group_send
+    original = RedisPubSubLoopLayer.group_send  # each event loop's layer (the sender thread has its own)
 
     async def group_send(self, to, message):
         if to == group:
             sends.append(message["data"]["seq"])
         return await original(self, to, message)
 
-    monkeypatch.setattr(type(layer), "group_send", group_send)
+    monkeypatch.setattr(RedisPubSubLoopLayer, "group_send", group_send)
 
     async def join_after_a_burst() -> list[dict]:
         await asyncio.to_thread(_nudges, group, range(1, 51))
