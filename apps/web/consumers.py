@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from asgiref.sync import ThreadSensitiveContext
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -166,6 +167,15 @@ class MemberConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data=None, bytes_data=None) -> None:
         """Clients do not send: every write is an HTTP POST with CSRF."""
+
+    async def dispatch(self, message: dict) -> None:
+        """channels' own, without its hop to the socket's thread before every message to close stale database
+        connections: every database call here goes through `database_sync_to_async`, which closes them around
+        the call itself. The hop waited for the GIL wherever a panel render held it (bench/run.py --only events)."""
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def realtime_event(self, message: dict) -> None:
         self.heard_at = asyncio.get_running_loop().time()
@@ -371,9 +381,9 @@ class RunConsumer(MemberConsumer):
         page already shows the run up to that event (a page just loaded: re-sending would reset its forms)."""
         if self.membership is None:  # access ended meanwhile
             return
-        # On the process's shared threads, not this socket's own: channels hops to the socket's thread before
-        # every message it hands the consumer (to close stale connections), so a render there (~30 ms) held
-        # each event that arrived meanwhile (bench/run.py --only events: p95 40 ms against a median of 3.5).
+        # On the process's shared threads, not this socket's own: the socket's reads of a gap's events run there,
+        # and a render there (~30 ms) held each event that arrived meanwhile (bench/run.py --only events: p95 40 ms
+        # against a median of 3.5, when channels still hopped to that thread before every message).
         render = database_sync_to_async(run_panels, thread_sensitive=False)
         html, newest = await render(org_id=self.org_id, run_id=self.run_id, actor=self.actor,
                                     events_upto=None if first else self.last_seq)
