@@ -21,7 +21,9 @@ from django.urls import get_resolver  # noqa: E402
 
 # Every view and the API's schemas imported now, while the process starts: Django would do it during the first
 # request, which then took 0.5 s on a quiet machine and 1.9 s on a busy one (py-spy on bench/approval.py's web).
-_ = get_resolver().url_patterns
+# The names `{% url %}` and `reverse` look up too: left to first use, each thread of a burst of run pages built the
+# whole lookup table at once (URLResolver._populate, 3-5 % of the web processes' CPU under bench/load.py).
+_ = get_resolver().url_patterns, get_resolver().reverse_dict
 
 
 def _compile_templates() -> None:
