@@ -38,6 +38,7 @@ from apps.approvals.models import ApprovalRequest
 from apps.audit.redaction import redact
 from apps.runs.messages import conversations
 from apps.runs.models import Run, RunEvent, RunStep, StepKind, ToolCall
+from apps.runs.selectors import RunRows
 
 # Must match the GIN index expression in migration 0003 for Postgres to use it.
 SEARCH_DOCUMENT = "to_tsvector('simple'::regconfig, coalesce(\"runs_run\".\"output\", '') || ' ' || " \
@@ -144,7 +145,7 @@ class Waterfall:
         return len(self.bars) * 22 + 4
 
 
-def waterfall(run: Run) -> Waterfall:
+def waterfall(run: Run, rows: RunRows) -> Waterfall:
     """Each agent turn, model call and tool call as a bar from the run's start (a latency timeline)."""
     origin = run.started_at or run.created_at
     bars: list[Bar] = []
@@ -155,15 +156,13 @@ def waterfall(run: Run) -> Waterfall:
         end = end or start
         bars.append(Bar(label, kind, max(0, _ms(start - origin)), max(0, _ms(end - start)), detail))
 
-    steps = RunStep.objects.filter(run=run).defer("output").order_by("position")
-    for step in steps:
+    for step in rows.steps:
         if step.kind == StepKind.AGENT:
             bar(f"{step.agent_name} · {step.task}", "agent", step.started_at, step.finished_at, step.status)
         else:
             bar(f"{step.model}", "llm", step.started_at, step.finished_at,
                 f"{step.input_tokens} in / {step.output_tokens} out")
-    for call in ToolCall.objects.filter(run=run).only("qualified_name", "state", "dispatched_at", "finished_at",
-                                                      "decided_at", "created_at"):
+    for call in rows.calls:
         bar(call.qualified_name, "tool", call.dispatched_at or call.decided_at or call.created_at,
             call.finished_at, call.state)
     bars.sort(key=lambda b: (b.start_ms, b.kind != "agent"))
@@ -190,23 +189,25 @@ class AgentSpend:
     unknown_calls: int
 
 
-def spend_by_agent(run: Run) -> list[AgentSpend]:
-    rows: dict[str, dict[str, Any]] = {}
-    for step in RunStep.objects.filter(run=run, kind=StepKind.LLM).values(
-            "agent_id", "agent_name", "input_tokens", "output_tokens", "cached_tokens", "cost_usd"):
-        row = rows.setdefault(str(step["agent_id"]), {"name": step["agent_name"], "calls": 0, "in": 0, "out": 0,
-                                                      "cached": 0, "cost": Decimal(0), "unknown": 0})
+def spend_by_agent(rows: RunRows) -> list[AgentSpend]:
+    """The run's model calls summed per agent."""
+    by_agent: dict[str, dict[str, Any]] = {}
+    for step in rows.steps:
+        if step.kind != StepKind.LLM:
+            continue
+        row = by_agent.setdefault(str(step.agent_id), {"name": step.agent_name, "calls": 0, "in": 0, "out": 0,
+                                                       "cached": 0, "cost": Decimal(0), "unknown": 0})
         row["calls"] += 1
-        row["in"] += step["input_tokens"]
-        row["out"] += step["output_tokens"]
-        row["cached"] += step["cached_tokens"]
-        if step["cost_usd"] is None:
+        row["in"] += step.input_tokens
+        row["out"] += step.output_tokens
+        row["cached"] += step.cached_tokens
+        if step.cost_usd is None:
             row["unknown"] += 1
         else:
-            row["cost"] += step["cost_usd"]
+            row["cost"] += step.cost_usd
     return [AgentSpend(agent_id=k, agent_name=r["name"], calls=r["calls"], tokens_in=r["in"], tokens_out=r["out"],
                        tokens_cached=r["cached"], cost_usd=None if r["unknown"] else r["cost"],
-                       unknown_calls=r["unknown"]) for k, r in rows.items()]
+                       unknown_calls=r["unknown"]) for k, r in by_agent.items()]
 
 
 # --- configuration then and now ------------------------------------------------------------------

@@ -186,15 +186,29 @@ class TurnView:
 CONTEXT_EVENTS = ("context.read", "context.unavailable")
 
 
-def run_tree(run: Run) -> list[TurnView]:
+@dataclass(frozen=True)
+class RunRows:
+    """A run's steps (by position) and tool calls (by position, with their approval requests), read once for
+    everything the run page shows of them: the step tree, the waterfall and the spend per agent."""
+
+    steps: list[RunStep]
+    calls: list[ToolCall]
+
+
+def run_rows(run: Run) -> RunRows:
+    return RunRows(list(RunStep.objects.filter(run=run).order_by("position")),
+                   list(ToolCall.objects.filter(run=run).select_related("approval").order_by("position")))
+
+
+def run_tree(run: Run, rows: RunRows | None = None) -> list[TurnView]:
     """Agent turns in order, each with the context resources its start read, its model calls and each call's
     ledger rows."""
-    steps = list(RunStep.objects.filter(run=run).order_by("position"))
+    rows = rows or run_rows(run)
     calls: dict[Any, list[ToolCall]] = {}
-    for row in ToolCall.objects.filter(run=run).select_related("approval").order_by("position"):
+    for row in rows.calls:
         calls.setdefault(row.step_id, []).append(row)
-    turns = {s.id: TurnView(s) for s in steps if s.kind == StepKind.AGENT}
-    for s in steps:
+    turns = {s.id: TurnView(s) for s in rows.steps if s.kind == StepKind.AGENT}
+    for s in rows.steps:
         if s.kind == StepKind.LLM and s.parent_id in turns:
             turns[s.parent_id].model_calls.append(ModelCallView(s, calls.get(s.id, [])))
     by_id = {str(step_id): turn for step_id, turn in turns.items()}

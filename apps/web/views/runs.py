@@ -74,7 +74,8 @@ def run_context(run, actor=None, events_upto: int | None = None) -> dict:
     viewer's inline decision card, `can_resolve` says whether they may answer a call whose outcome is unknown,
     `can_cancel` whether they may cancel the run and `can_replay`/`can_fork` whether they may re-run or fork it.
     `events_upto`: show no event after that seq (a socket shows only what it has sent)."""
-    turns = selectors.run_tree(run)
+    rows = selectors.run_rows(run)  # the tree, the waterfall and the spend all show these
+    turns = selectors.run_tree(run, rows)
     asked = selectors.server_requests_by_call(run)
     for turn in turns:
         for model_call in turn.model_calls:
@@ -96,7 +97,7 @@ def run_context(run, actor=None, events_upto: int | None = None) -> dict:
             "can_fork": can_fork, "can_replay": can_start and run.is_finished,
             "can_cancel": can_start and not run.is_finished,
             "live_events": selectors.latest_events(run=run, limit=LIVE_EVENTS_SHOWN, upto=events_upto),
-            "waterfall": history.waterfall(run), "agent_spend": history.spend_by_agent(run)}
+            "waterfall": history.waterfall(run, rows), "agent_spend": history.spend_by_agent(rows)}
 
 
 def run_panels(*, org_id, run_id, actor, events_upto: int | None = None) -> tuple[str, int]:
