@@ -14,8 +14,8 @@ what is in flight: apps/core/redis_layer.py), so a run page that hears nothing f
 itself (apps/web/consumers.py, CATCH_UP_S): a lost nudge delays an event, it never loses one. A group's nudge
 goes out at once when its last one left more than `NUDGE_INTERVAL_S` ago, else when that interval is over (the
 newest then replaces those that waited): a worker's step commits several events, and each send costs its
-process ~0.3 ms of CPU that the step's own threads wait for (bench/run.py "per step"); a person watching a run
-cannot tell 15 ms. Other messages are sent each, in order. A live update is best effort: pages re-read on
+process CPU that the step's own threads wait for (~0.1 ms on Redis; bench/run.py "per step"); a person
+watching a run cannot tell 15 ms. Other messages are sent each, in order. A live update is best effort: pages re-read on
 load.
 
 Most runs have nobody watching. On the Redis layer a nudge to an empty group still costs a PUBLISH (~0.1 ms of
