@@ -13,6 +13,9 @@ Why reconnecting. A restart kills every pooled connection, and redis-py retries 
 command on each one (a websocket's subscribe, a publish) failed with "Connection closed by server". Here a
 connection error reconnects and tries again with a short backoff, and the subscribing connection subscribes
 again to what it had (redis-py's PubSub does that on connect), so open pages keep hearing after a restart.
+When no page was subscribed, nothing read from that connection while Redis was away, and under uvloop (which
+uvicorn runs) the next subscribe's write to its closed socket raises RuntimeError ("the handler is closed")
+instead of a connection error: that is retried the same way, or the first page after a restart was refused.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ RECONNECT_ATTEMPTS = 3
 class ReconnectingPubSubChannelLayer(RedisPubSubChannelLayer):
     def __init__(self, hosts=None, **kwargs) -> None:
         hosts = [{"retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), RECONNECT_ATTEMPTS),
-                  "retry_on_error": [RedisConnectionError], **host} for host in decode_hosts(hosts)]
+                  "retry_on_error": [RedisConnectionError, RuntimeError], **host} for host in decode_hosts(hosts)]
         super().__init__(hosts=hosts, **kwargs)
 
     async def group_watched(self, group: str) -> bool:
