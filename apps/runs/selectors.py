@@ -200,10 +200,9 @@ def run_rows(run: Run) -> RunRows:
                    list(ToolCall.objects.filter(run=run).select_related("approval").order_by("position")))
 
 
-def run_tree(run: Run, rows: RunRows | None = None) -> list[TurnView]:
+def run_tree(run: Run, rows: RunRows) -> list[TurnView]:
     """Agent turns in order, each with the context resources its start read, its model calls and each call's
-    ledger rows."""
-    rows = rows or run_rows(run)
+    ledger rows (`rows`: the run's, from `run_rows`)."""
     calls: dict[Any, list[ToolCall]] = {}
     for row in rows.calls:
         calls.setdefault(row.step_id, []).append(row)
