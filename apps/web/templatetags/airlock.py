@@ -6,6 +6,10 @@ import json
 from datetime import datetime
 
 from django import template
+from django.contrib.humanize.templatetags.humanize import naturaltime
+from django.utils import dateformat
+from django.utils.html import conditional_escape, format_html
+from django.utils.timezone import template_localtime
 
 from apps.web.help import TOPICS, explain
 
@@ -24,10 +28,16 @@ def help_text(topic: str, key: str) -> str:
     return explain(topic, str(key))
 
 
-@register.inclusion_tag("web/partials/_time.html")
-def when(value: datetime | None, empty: str = "never") -> dict:
-    """A <time> element: relative text from the server, rewritten to the reader's zone by localtime.js."""
-    return {"value": value, "empty": empty}
+@register.simple_tag
+def when(value: datetime | None, empty: str = "never") -> str:
+    """A <time> element: relative text from the server, rewritten to the reader's zone by localtime.js; `empty`
+    without a time. Built here rather than from a template: the run page shows one per event, and an included
+    template per event was most of its live panels' render (bench/load.py)."""
+    if not value:
+        return conditional_escape(empty)
+    local = template_localtime(value)  # what the `date` filter formats
+    return format_html('<time datetime="{}" title="{}">{}</time>', dateformat.format(local, "c"),
+                       dateformat.format(local, "Y-m-d H:i e"), naturaltime(value))
 
 
 @register.filter(name="as_json")
