@@ -233,7 +233,7 @@ def first_model_calls(cursor, org_id):
 def queries(org_id, sample_runs: list, crew_id) -> dict[str, tuple[Callable[[], object], Callable[[], str]]]:
     """name -> (what the page runs, the EXPLAIN of its main query)."""
     from apps.costs import selectors as costs
-    from apps.runs import history, selectors
+    from apps.runs import history, page_read, selectors
     from apps.runs.history import RunFilters
 
     since, until = costs.parse_range(None, None)  # the costs page default: the last 30 days
@@ -246,9 +246,9 @@ def queries(org_id, sample_runs: list, crew_id) -> dict[str, tuple[Callable[[], 
                                                                                                buffers=True)
 
     def detail():
-        run = selectors.get_run(org_id=org_id, run_id=random.choice(sample_runs))
-        return (selectors.run_tree(run), history.waterfall(run), history.spend_by_agent(run),
-                list(selectors.run_events(run=run)))
+        page = page_read.run_page(org_id=org_id, run_id=random.choice(sample_runs), events_shown=100)
+        return (selectors.run_tree(page.rows), history.waterfall(page.run, page.rows),
+                history.spend_by_agent(page.rows), list(selectors.run_events(run=page.run)))
 
     def detail_plan():
         run = selectors.get_run(org_id=org_id, run_id=sample_runs[0])

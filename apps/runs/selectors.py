@@ -184,23 +184,33 @@ class TurnView:
 
 
 CONTEXT_EVENTS = ("context.read", "context.unavailable")
+SERVER_REQUEST_EVENTS = ("elicitation.requested", "elicitation.answered", "elicitation.expired", "sampling.held",
+                         "sampling.completed", "sampling.refused", "sampling.requested", "sampling.expired",
+                         # passed to (or refused for) the host of a gateway session: apps/gateway/relay.py
+                         "elicitation.relayed", "elicitation.refused", "sampling.relayed")
 
 
 @dataclass(frozen=True)
 class RunRows:
-    """A run's steps (by position) and tool calls (by position, with their approval requests), read once for
-    everything the run page shows of them: the step tree, the waterfall and the spend per agent."""
+    """A run's steps (by position), tool calls (in the ledger's order, with their approval requests) and the events
+    its step tree shows (context resources and servers' questions, by seq), read once for everything the run page
+    shows of them: the step tree, the waterfall and the spend per agent (apps/runs/page_read.py reads them with the
+    rest)."""
 
     steps: list[RunStep]
     calls: list[ToolCall]
+    events: list[RunEvent]
 
 
 def run_rows(run: Run) -> RunRows:
     return RunRows(list(RunStep.objects.filter(run=run).order_by("position")),
-                   list(ToolCall.objects.filter(run=run).select_related("approval").order_by("position")))
+                   list(ToolCall.objects.filter(run=run).select_related("approval")
+                        .order_by("step__position", "position")),
+                   list(RunEvent.objects.filter(run_id=run.id, type__in=CONTEXT_EVENTS + SERVER_REQUEST_EVENTS)
+                        .order_by("seq")))
 
 
-def run_tree(run: Run, rows: RunRows) -> list[TurnView]:
+def run_tree(rows: RunRows) -> list[TurnView]:
     """Agent turns in order, each with the context resources its start read, its model calls and each call's
     ledger rows (`rows`: the run's, from `run_rows`)."""
     calls: dict[Any, list[ToolCall]] = {}
@@ -211,21 +221,16 @@ def run_tree(run: Run, rows: RunRows) -> list[TurnView]:
         if s.kind == StepKind.LLM and s.parent_id in turns:
             turns[s.parent_id].model_calls.append(ModelCallView(s, calls.get(s.id, [])))
     by_id = {str(step_id): turn for step_id, turn in turns.items()}
-    for event in RunEvent.objects.filter(run_id=run.id, type__in=CONTEXT_EVENTS).order_by("seq"):
-        if (turn := by_id.get(str(event.data.get("step_id")))) is not None:
+    for event in rows.events:
+        if event.type in CONTEXT_EVENTS and (turn := by_id.get(str(event.data.get("step_id")))) is not None:
             turn.context.append(event)
     return list(turns.values())
 
 
-SERVER_REQUEST_EVENTS = ("elicitation.requested", "elicitation.answered", "elicitation.expired", "sampling.held",
-                         "sampling.completed", "sampling.refused", "sampling.requested", "sampling.expired",
-                         # passed to (or refused for) the host of a gateway session: apps/gateway/relay.py
-                         "elicitation.relayed", "elicitation.refused", "sampling.relayed")
-
-
-def server_requests_by_call(run: Run) -> dict[str, list[RunEvent]]:
+def server_requests_by_call(rows: RunRows) -> dict[str, list[RunEvent]]:
     """What servers asked during the run's calls (elicitation and sampling events), by tool call id."""
     out: dict[str, list[RunEvent]] = {}
-    for event in RunEvent.objects.filter(run_id=run.id, type__in=SERVER_REQUEST_EVENTS).order_by("seq"):
-        out.setdefault(str(event.data.get("tool_call_id") or ""), []).append(event)
+    for event in rows.events:
+        if event.type in SERVER_REQUEST_EVENTS:
+            out.setdefault(str(event.data.get("tool_call_id") or ""), []).append(event)
     return out

@@ -19,6 +19,7 @@ from apps.crews import run_read
 from apps.crews import selectors as crews
 from apps.runs import decisions, history, replay, selectors, services, trial
 from apps.runs.models import RunStatus
+from apps.runs.page_read import RunPage, run_page
 from apps.web.access import member_required, post_only
 from apps.web.forms import RunFilterForm
 from apps.web.views.inbox import item_context
@@ -68,15 +69,14 @@ def review_columns(rows: list) -> None:
 LIVE_EVENTS_SHOWN = 100
 
 
-def run_context(run, actor=None, events_upto: int | None = None) -> dict:
+def run_context(page: RunPage, actor=None) -> dict:
     """Every live panel of the run page (actions, header, step tree, timeline, spend, events), as
     the page renders them and as its socket re-renders them. With an `actor`, each held call carries that
     viewer's inline decision card, `can_resolve` says whether they may answer a call whose outcome is unknown,
-    `can_cancel` whether they may cancel the run and `can_replay`/`can_fork` whether they may re-run or fork it.
-    `events_upto`: show no event after that seq (a socket shows only what it has sent)."""
-    rows = selectors.run_rows(run)  # the tree, the waterfall and the spend all show these
-    turns = selectors.run_tree(run, rows)
-    asked = selectors.server_requests_by_call(run)
+    `can_cancel` whether they may cancel the run and `can_replay`/`can_fork` whether they may re-run or fork it."""
+    run, rows = page.run, page.rows  # the tree, the waterfall and the spend all show these rows
+    turns = selectors.run_tree(rows)
+    asked = selectors.server_requests_by_call(rows)
     for turn in turns:
         for model_call in turn.model_calls:
             for tc in model_call.calls:
@@ -87,8 +87,9 @@ def run_context(run, actor=None, events_upto: int | None = None) -> dict:
                 for tc in model_call.calls:
                     if tc.state == "held" and tc.approval_id and tc.approval.status == "pending":
                         request = approvals.get_approval(org_id=run.org_id, approval_id=tc.approval_id)
+                        # No run summary: the page around the card is the run.
                         tc.inline_decision = render_to_string(
-                            "web/inbox/_item.html", {**item_context(request, actor), "summary": None,
+                            "web/inbox/_item.html", {**item_context(request, actor, summary=None),
                                                      "next": reverse("web:run_detail", args=[run.id])})
     can_start = actor is not None and actor.can("runs.start")
     can_fork = (can_start and run.is_finished
@@ -96,23 +97,24 @@ def run_context(run, actor=None, events_upto: int | None = None) -> dict:
     return {"run": run, "turns": turns, "can_resolve": actor is not None and actor.can("approvals.decide"),
             "can_fork": can_fork, "can_replay": can_start and run.is_finished,
             "can_cancel": can_start and not run.is_finished,
-            "live_events": selectors.latest_events(run=run, limit=LIVE_EVENTS_SHOWN, upto=events_upto),
+            "live_events": page.latest_events,
             "waterfall": history.waterfall(run, rows), "agent_spend": history.spend_by_agent(rows)}
 
 
 def run_panels(*, org_id, run_id, actor, events_upto: int | None = None) -> tuple[str, int]:
     """The run page's live panels for its socket (each an element with the id the page gives it, which htmx's
     ws extension swaps in place, out of band) and the newest event they show."""
-    run = selectors.get_run(org_id=org_id, run_id=run_id)
-    context = run_context(run, actor, events_upto)
+    # `events_upto`: no event after the last one the socket has sent (a socket shows only what it has sent).
+    context = run_context(run_page(org_id=org_id, run_id=run_id, events_shown=LIVE_EVENTS_SHOWN,
+                                   events_upto=events_upto), actor)
     newest = context["live_events"][0].seq if context["live_events"] else 0
     return render_to_string("web/runs/_live.html", context), newest
 
 
 @member_required()
 def run_detail(request: HttpRequest, run_id) -> HttpResponse:
-    run = selectors.get_run(org_id=request.actor.org_id, run_id=run_id)
-    context = {**run_context(run, request.actor), **configuration_context(run),
+    page = run_page(org_id=request.actor.org_id, run_id=run_id, events_shown=LIVE_EVENTS_SHOWN)
+    context = {**run_context(page, request.actor), **configuration_context(page.run),
                "can_decide": request.actor.can("approvals.decide")}
     return render(request, "web/runs/detail.html", context)
 
