@@ -64,11 +64,22 @@ def test_the_lost_worker_can_no_longer_write_once_its_run_was_swept(desk):
     assert "hijacked" not in Run.objects.get(id=run.id).state
 
 
+@pytest.fixture
+def swept_unheard(monkeypatch) -> list:
+    """The runs the sweeper enqueues, kept from the broker: in a test whose rows are committed, the session's
+    Celery worker (tests/conftest.py `worker`, started by an earlier test) would take the swept run and drive it
+    while the test plays the lost worker and the next one (the full suite saw it finish the run first)."""
+    enqueued: list = []
+    monkeypatch.setattr(run_worker, "enqueue", enqueued.append)
+    return enqueued
+
+
 @pytest.mark.django_db(transaction=True)  # the refused batch rolls back its whole transaction, as in a worker
-def test_the_lost_worker_cannot_start_an_agent_s_turn_once_its_run_was_swept(desk):
+def test_the_lost_worker_cannot_start_an_agent_s_turn_once_its_run_was_swept(desk, swept_unheard):
     run = lost_run(desk)
     stale = RunStore(str(run.id), LOST)
     run_worker.sweep_stuck_runs()
+    assert swept_unheard == [run.id]
     with pytest.raises(LeaseLost):
         process.start_next(stale)  # the task's first turn: its step, the cursor and its event in one batch
     run = Run.objects.get(id=run.id)
@@ -78,12 +89,13 @@ def test_the_lost_worker_cannot_start_an_agent_s_turn_once_its_run_was_swept(des
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_lost_worker_cannot_end_an_agent_s_turn_once_its_run_was_swept(desk):
+def test_the_lost_worker_cannot_end_an_agent_s_turn_once_its_run_was_swept(desk, swept_unheard):
     run = lost_run(desk)
     stale = RunStore(str(run.id), LOST)
     process.start_next(stale)  # the turn it had started before it stalled
     turn = RunStep.objects.get(run=run)
     run_worker.sweep_stuck_runs()
+    assert swept_unheard == [run.id]
     with pytest.raises(LeaseLost):
         stale.finish_turn(turn, status="done", reason="hijacked", output="hijacked",
                           state={**stale.run.state, "hijacked": True})
