@@ -212,7 +212,7 @@ def run_rows(run: Run) -> RunRows:
 
 def run_tree(rows: RunRows) -> list[TurnView]:
     """Agent turns in order, each with the context resources its start read, its model calls and each call's
-    ledger rows (`rows`: the run's, from `run_rows`)."""
+    ledger rows (`rows`: the run's, from `apps.runs.page_read`)."""
     calls: dict[Any, list[ToolCall]] = {}
     for row in rows.calls:
         calls.setdefault(row.step_id, []).append(row)
