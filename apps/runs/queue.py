@@ -7,6 +7,7 @@ from uuid import UUID
 
 from django.db import transaction
 
+from apps.core import publish
 from apps.core import selectors as broker
 from apps.core.queue_order import RESUME_QUEUE
 
@@ -21,7 +22,7 @@ def enqueue(run_id: UUID | str, *, resume: bool = False) -> None:
     # Imported here: apps.runs.tasks imports the worker and decisions modules, which import this one.
     from apps.runs import tasks
 
-    (tasks.resume_run if resume else tasks.execute_run).delay(str(run_id))
+    publish.send(tasks.resume_run if resume else tasks.execute_run, str(run_id))
 
 
 RUN_QUEUES = (RESUME_QUEUE, "runs")

@@ -1,0 +1,86 @@
+"""Sending a run's task: Celery's `apply_async`, or on the Redis broker the same message in one LPUSH.
+
+Celery's publish cost ~1.2 ms of CPU a message on these machines, against 0.13 ms for the LPUSH that carries it
+(`bench` figures in docs/performance-history.md, twenty-third round): kombu's Redis transport builds a new
+redis-py client for every message (whose constructor copies ~170 response callbacks), and Celery looks its
+configuration up through Django's settings, copies kombu's queue and exchange, and formats the arguments for
+the log. A run start, a decision's resume and a resumed run's next steps each send one, on a web request's or
+a worker's way, so that was a good share of a decision's CPU.
+
+`send` is the one door. On the Redis broker it writes Celery's protocol-2 message exactly as Celery and kombu's
+Redis transport would (tests/core/test_publish.py holds the two to the same message, and the worker tests run
+what it sends); anywhere else (the embedded folder broker, eager mode), or when Redis does not answer, it calls
+`apply_async`, the plain twin, whose publish retries through a short Redis restart. A message the LPUSH may have
+delivered before its connection failed can so be sent twice: a run's tasks are safe to run twice (a second
+delivery finds the run claimed or moved on, apps/runs/worker.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import socket
+import uuid
+
+import redis
+from celery import Task
+from kombu.utils.json import dumps
+
+_EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}  # no links: Celery's own defaults
+_clients: dict[str, redis.Redis] = {}
+_queues: dict[str, str] = {}
+
+
+def send(task: Task, *args: str) -> None:
+    """Sends `task` with `args` (ids) to the queue Celery's routes give it."""
+    conf = task.app.conf
+    url = conf.broker_url or ""
+    if conf.task_always_eager or not url.startswith(("redis://", "rediss://", "unix://")):
+        task.apply_async(args)
+        return
+    prefix = (conf.broker_transport_options or {}).get("global_keyprefix", "")
+    queue = _queue(task)
+    try:
+        _client(url).lpush(f"{prefix}{queue}", dumps(message(task, args, queue)))
+    except redis.RedisError:
+        task.apply_async(args)
+
+
+def message(task: Task, args: tuple[str, ...], queue: str) -> dict:
+    """The envelope kombu's Redis transport stores for `task.apply_async(args)` routed to `queue`."""
+    task_id, app = str(uuid.uuid4()), task.app
+    parent = app.current_worker_task  # a task sending this one: Celery records the tree it belongs to
+    root_id = (parent.request.root_id or parent.request.id) if parent else task_id
+    parent_id = parent.request.id if parent else None
+    body = dumps([list(args), {}, _EMBED])
+    return {
+        "body": base64.b64encode(body.encode()).decode(),
+        "content-encoding": "utf-8",
+        "content-type": "application/json",
+        "headers": {
+            "lang": "py", "task": task.name, "id": task_id, "shadow": None, "eta": None, "expires": None,
+            "group": None, "group_index": None, "retries": 0, "timelimit": [None, None], "root_id": root_id,
+            "parent_id": parent_id, "argsrepr": repr(tuple(args)), "kwargsrepr": "{}",
+            "origin": f"gen{os.getpid()}@{socket.gethostname()}", "ignore_result": task.ignore_result,
+            "replaced_task_nesting": 0, "stamped_headers": None, "stamps": {},
+        },
+        "properties": {
+            "correlation_id": task_id, "reply_to": app.thread_oid, "delivery_mode": 2,
+            "delivery_info": {"exchange": "", "routing_key": queue}, "priority": 0, "body_encoding": "base64",
+            "delivery_tag": str(uuid.uuid4()),
+        },
+    }
+
+
+def _queue(task: Task) -> str:
+    """The queue config/celery.py's routes give the task (Celery's router, asked once per task)."""
+    if task.name not in _queues:
+        _queues[task.name] = task.app.amqp.router.route({}, task.name, (), {}, task)["queue"].name
+    return _queues[task.name]
+
+
+def _client(url: str) -> redis.Redis:
+    """One client per broker URL for the process: its pool keeps the connections (and is safe across a fork)."""
+    if url not in _clients:
+        _clients[url] = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=2)
+    return _clients[url]
