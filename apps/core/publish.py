@@ -9,10 +9,10 @@ a worker's way, so that was a good share of a decision's CPU.
 
 `send` is the one door. On the Redis broker it writes Celery's protocol-2 message exactly as Celery and kombu's
 Redis transport would (tests/core/test_publish.py holds the two to the same message, and the worker tests run
-what it sends); anywhere else (the embedded folder broker, eager mode), or when Redis does not answer, it calls
-`apply_async`, the plain twin, whose publish retries through a short Redis restart. A message the LPUSH may have
-delivered before its connection failed can so be sent twice: a run's tasks are safe to run twice (a second
-delivery finds the run claimed or moved on, apps/runs/worker.py).
+what it sends); anywhere else (the embedded folder broker, eager mode, a TLS broker, whose options are kombu's), or
+when Redis does not answer, it calls `apply_async`, the plain twin, whose publish retries through a short Redis
+restart. A message the LPUSH may have delivered before its connection failed can so be sent twice: a run's tasks are
+safe to run twice (a second delivery finds the run claimed or moved on, apps/runs/worker.py).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def send(task: Task, *args: str) -> None:
     """Sends `task` with `args` (ids) to the queue Celery's routes give it."""
     conf = task.app.conf
     url = conf.broker_url or ""
-    if conf.task_always_eager or not url.startswith(("redis://", "rediss://", "unix://")):
+    if conf.task_always_eager or not url.startswith(("redis://", "unix://")):
         task.apply_async(args)
         return
     prefix = (conf.broker_transport_options or {}).get("global_keyprefix", "")
