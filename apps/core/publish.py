@@ -24,6 +24,7 @@ import uuid
 
 import redis
 from celery import Task
+from celery.signals import after_task_publish, before_task_publish
 from kombu.utils.json import dumps
 
 _EMBED = {"callbacks": None, "errbacks": None, "chain": None, "chord": None}  # no links: Celery's own defaults
@@ -35,39 +36,49 @@ def send(task: Task, *args: str) -> None:
     """Sends `task` with `args` (ids) to the queue Celery's routes give it."""
     conf = task.app.conf
     url = conf.broker_url or ""
-    if conf.task_always_eager or not url.startswith(("redis://", "unix://")):
+    if conf.task_always_eager or not url.startswith("redis://"):
         task.apply_async(args)
         return
     prefix = (conf.broker_transport_options or {}).get("global_keyprefix", "")
     queue = _queue(task)
+    headers, properties, body = message(task, args)
+    # Celery's publish signals, as Celery sends them: what hooks a publish (tracing that adds a header, a test that
+    # records every message) hears this one too, and a header a receiver adds goes out with it.
+    before_task_publish.send(sender=task.name, body=body, exchange="", routing_key=queue, declare=[], headers=headers,
+                             properties=properties, retry_policy=None)
     try:
-        _client(url).lpush(f"{prefix}{queue}", dumps(message(task, args, queue)))
+        _client(url).lpush(f"{prefix}{queue}", dumps(envelope(headers, properties, body, queue)))
     except redis.RedisError:
         task.apply_async(args)
+        return
+    after_task_publish.send(sender=task.name, body=body, headers=headers, exchange="", routing_key=queue)
 
 
-def message(task: Task, args: tuple[str, ...], queue: str) -> dict:
-    """The envelope kombu's Redis transport stores for `task.apply_async(args)` routed to `queue`."""
+def message(task: Task, args: tuple[str, ...]) -> tuple[dict, dict, tuple]:
+    """(headers, properties, body) of Celery's protocol-2 message for `task.apply_async(args)`."""
     task_id, app = str(uuid.uuid4()), task.app
     parent = app.current_worker_task  # a task sending this one: Celery records the tree it belongs to
     root_id = (parent.request.root_id or parent.request.id) if parent else task_id
-    parent_id = parent.request.id if parent else None
-    body = dumps([list(args), {}, _EMBED])
+    headers = {
+        "lang": "py", "task": task.name, "id": task_id, "shadow": None, "eta": None, "expires": None,
+        "group": None, "group_index": None, "retries": 0, "timelimit": [None, None], "root_id": root_id,
+        "parent_id": parent.request.id if parent else None, "argsrepr": repr(tuple(args)), "kwargsrepr": "{}",
+        "origin": f"gen{os.getpid()}@{socket.gethostname()}", "ignore_result": task.ignore_result,
+        "replaced_task_nesting": 0, "stamped_headers": None, "stamps": {},
+    }
+    return headers, {"correlation_id": task_id, "reply_to": app.thread_oid}, (args, {}, dict(_EMBED))
+
+
+def envelope(headers: dict, properties: dict, body: tuple, queue: str) -> dict:
+    """The envelope kombu's Redis transport stores for the message, sent to `queue`."""
     return {
-        "body": base64.b64encode(body.encode()).decode(),
+        "body": base64.b64encode(dumps(body).encode()).decode(),
         "content-encoding": "utf-8",
         "content-type": "application/json",
-        "headers": {
-            "lang": "py", "task": task.name, "id": task_id, "shadow": None, "eta": None, "expires": None,
-            "group": None, "group_index": None, "retries": 0, "timelimit": [None, None], "root_id": root_id,
-            "parent_id": parent_id, "argsrepr": repr(tuple(args)), "kwargsrepr": "{}",
-            "origin": f"gen{os.getpid()}@{socket.gethostname()}", "ignore_result": task.ignore_result,
-            "replaced_task_nesting": 0, "stamped_headers": None, "stamps": {},
-        },
+        "headers": headers,
         "properties": {
-            "correlation_id": task_id, "reply_to": app.thread_oid, "delivery_mode": 2,
-            "delivery_info": {"exchange": "", "routing_key": queue}, "priority": 0, "body_encoding": "base64",
-            "delivery_tag": str(uuid.uuid4()),
+            **properties, "delivery_mode": 2, "delivery_info": {"exchange": "", "routing_key": queue}, "priority": 0,
+            "body_encoding": "base64", "delivery_tag": str(uuid.uuid4()),
         },
     }
 

@@ -9,6 +9,7 @@ import json
 
 import pytest
 import redis
+from celery.signals import after_task_publish, before_task_publish
 from django.conf import settings
 from kombu.exceptions import OperationalError
 
@@ -40,6 +41,25 @@ def fresh_pools() -> None:
     app._pool, app.amqp._producer_pool = None, None
 
 
+@pytest.fixture
+def heard():
+    """What Celery's publish signals told their receivers, in order: (signal, what it was told, ids taken out)."""
+    told = []
+
+    def before(sender=None, body=None, exchange=None, routing_key=None, headers=None, properties=None, **_):
+        told.append(("before", sender, json.dumps(body), exchange, routing_key, without_ids({"headers": headers,
+                     "properties": properties})))
+
+    def after(sender=None, body=None, exchange=None, routing_key=None, headers=None, **_):
+        told.append(("after", sender, json.dumps(body), exchange, routing_key, sorted(headers)))
+
+    before_task_publish.connect(before, weak=False)
+    after_task_publish.connect(after, weak=False)
+    yield told
+    before_task_publish.disconnect(before)
+    after_task_publish.disconnect(after)
+
+
 def sent(client, prefix: str, queue: str) -> list[dict]:
     """The messages waiting on `queue`, oldest first."""
     return [json.loads(raw) for raw in reversed(client.lrange(f"{prefix}{queue}", 0, -1))]
@@ -53,10 +73,12 @@ def without_ids(message: dict) -> dict:
 
 
 @pytest.mark.parametrize(("task", "queue"), [(tasks.execute_run, "runs"), (tasks.resume_run, "resume")])
-def test_the_message_sent_is_the_one_celery_sends_on_the_queue_its_routes_name(broker, task, queue):
+def test_the_message_sent_is_the_one_celery_sends_on_the_queue_its_routes_name(broker, heard, task, queue):
     client, prefix = broker
     task.apply_async((RUN_ID,))
     publish.send(task, RUN_ID)
+    assert [kind for kind, *_ in heard] == ["before", "after", "before", "after"]
+    assert heard[2:] == heard[:2]  # Celery's publish signals, told the same
 
     celerys, ours = sent(client, prefix, queue)
     assert without_ids(ours) == without_ids(celerys)
