@@ -269,6 +269,8 @@ BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = REDIS_URL or "filesystem://localhost//"
 if not REDIS_URL:  # kombu's folder transport with messages that appear whole (apps/core/fs_broker.py)
     CELERY_BROKER_TRANSPORT = "apps.core.fs_broker:Transport"
+elif REDIS_URL.startswith("redis://"):  # kombu's, with one client per channel (apps/core/redis_broker.py)
+    CELERY_BROKER_TRANSPORT = "apps.core.redis_broker:Transport"
 CELERY_BROKER_TRANSPORT_OPTIONS = (
     # A worker takes `resume` (a person's decision) before its other queues (apps/core/queue_order.py).
     {"visibility_timeout": 3600, "queue_order_strategy": "apps.core.queue_order:ResumeFirst"}
