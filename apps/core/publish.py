@@ -34,6 +34,8 @@ _queues: dict[str, str] = {}
 
 def send(task: Task, *args: str) -> None:
     """Sends `task` with `args` (ids) to the queue Celery's routes give it."""
+    if not all(isinstance(arg, str) for arg in args):  # as config.celery.IdOnlyTask: nothing but ids on the broker
+        raise TypeError(f"{task.name}: task arguments must be ids as strings")
     conf = task.app.conf
     url = conf.broker_url or ""
     if conf.task_always_eager or not url.startswith("redis://"):

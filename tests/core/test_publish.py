@@ -115,3 +115,11 @@ def test_a_broker_that_does_not_answer_fails_the_send_as_celery_does(broker):
     finally:
         app.conf.broker_url = before
         fresh_pools()
+
+
+@pytest.mark.parametrize("argument", [{"secret": "x"}, b"bytes", 7])
+def test_nothing_but_ids_goes_to_the_broker(broker, argument):
+    client, prefix = broker
+    with pytest.raises(TypeError):
+        publish.send(tasks.execute_run, argument)
+    assert sent(client, prefix, "runs") == []
