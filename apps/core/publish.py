@@ -50,7 +50,7 @@ def send(task: Task, *args: str) -> None:
                              properties=properties, retry_policy=None)
     try:
         _client(url).lpush(f"{prefix}{queue}", dumps(envelope(headers, properties, body, queue)))
-    except redis.RedisError:
+    except redis.RedisError:  # Celery's publish retries; its receivers hear of the message it sends (a new id)
         task.apply_async(args)
         return
     after_task_publish.send(sender=task.name, body=body, headers=headers, exchange="", routing_key=queue)

@@ -7,7 +7,7 @@ copies its ~170 response callbacks: 0.19 ms of CPU each on these machines, ~0.45
 (docs/performance-history.md, twenty-third round). This channel keeps one for as long as kombu keeps the pool it was
 built on; when kombu replaces the pool (after a fork, a reconnect) the next operation builds a new one on it.
 
-config/settings.py names it as the broker's transport when the broker is Redis.
+config/settings.py names it as the broker's transport for a `redis://` broker (a TLS one keeps kombu's own).
 """
 
 from __future__ import annotations
