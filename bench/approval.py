@@ -36,7 +36,6 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,11 +43,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench import venvs  # noqa: E402
+from bench import scratch, venvs  # noqa: E402
 from bench.live import _free_port, _wait, process  # noqa: E402
 from bench.stats import summary  # noqa: E402
 
-PEER_VENV = ROOT / "var" / "bench" / "langgraph-server"
+WORK = ROOT / "var" / "bench"
+PEER_VENV = WORK / "langgraph-server"
 PEER_REQUIREMENTS = ROOT / "bench" / "requirements-langgraph-server.txt"
 PEER_APP = ROOT / "bench" / "langgraph_server"
 RESULTS = ROOT / "bench" / "results"
@@ -200,7 +200,7 @@ class LangGraphServer:
     def __enter__(self) -> LangGraphServer:
         import requests
 
-        self.folder = Path(tempfile.mkdtemp(prefix="langgraph-server-", dir=ROOT / "var" / "bench"))
+        self.folder = scratch.folder("langgraph-server-")
         for name in ("graph.py", "langgraph.json"):
             shutil.copy(PEER_APP / name, self.folder / name)
         self.stamps = self.folder / "stamps.txt"
@@ -209,7 +209,7 @@ class LangGraphServer:
                "BENCH_STAMP_FILE": str(self.stamps)}
         for key in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "PYTHONPATH"):
             env.pop(key, None)
-        log = (ROOT / "var" / "bench" / "logs" / "langgraph-server.log")
+        log = (WORK / "logs" / "langgraph-server.log")
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as out:
             self.proc = subprocess.Popen([str(self.python.parent / "langgraph"), "dev", "--host", "127.0.0.1",
@@ -270,7 +270,6 @@ class LangGraphServer:
 
 def measure_postgres(args) -> dict:
     """Ours, the floor and LangGraph's server, one sample of each per round, on a scratch database and Redis db."""
-    from bench import scratch
     from bench.approval_floor import Floor
 
     url = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/airlock"
@@ -283,7 +282,7 @@ def measure_postgres(args) -> dict:
         os.environ.update({"DATABASE_URL": db_url, "REDIS_URL": redis_url,
                            "AIRLOCK_CHANNEL_PREFIX": f"airlock-approval-{os.getpid()}"})
         start_django()
-        stamps = Path(tempfile.mkdtemp(prefix="approval-", dir=ROOT / "var" / "bench")) / "stamps.txt"
+        stamps = scratch.folder("approval-") / "stamps.txt"
         s = setup(stamps)
         out: dict = {"ours": [], "floor": [], "theirs": [], "postgres_runtime": POSTGRES_RUNTIME}
         peer = LangGraphServer(peer_python) if peer_python else None
@@ -309,7 +308,7 @@ def measure_postgres(args) -> dict:
 
 def measure_embedded(args) -> list[dict]:
     """Ours with no DATABASE_URL / REDIS_URL, in a child process with a var/ folder of its own."""
-    folder = Path(tempfile.mkdtemp(prefix="approval-embedded-", dir=ROOT / "var" / "bench"))
+    folder = scratch.folder("approval-embedded-")
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL", "AIRLOCK_CHANNEL_PREFIX")}
     env.update(production_env())
     env["AIRLOCK_VAR_DIR"] = str(folder)

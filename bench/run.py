@@ -37,7 +37,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -52,7 +51,7 @@ RUN_SIZES = [5, 20, 100]  # the fixed, whole and written sections
 
 sys.path.insert(0, str(ROOT))
 
-from bench import venvs  # noqa: E402
+from bench import scratch, venvs  # noqa: E402
 from bench.stats import quantile, summary  # noqa: E402
 
 # --- environment -----------------------------------------------------------------------------------------
@@ -466,7 +465,7 @@ def run_embedded(args, setup, report, table) -> None:
     from bench import engine
 
     passes = rounds_of(args)
-    folder = Path(tempfile.mkdtemp(prefix="run-embedded-", dir=ROOT / "var" / "bench"))
+    folder = scratch.folder("run-embedded-")
     try:
         code = f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.run import embedded_steps; " \
                f"embedded_steps({passes})"
@@ -693,7 +692,6 @@ def main(argv: list[str] | None = None) -> dict:
     unknown = set(only) - set(METRICS)
     if unknown:
         parser.error(f"unknown metric(s): {', '.join(sorted(unknown))}")
-    from bench import scratch
 
     admin_url = admin_database_url()
     with contextlib.ExitStack() as room:  # our own databases and Redis database, dropped and flushed at the end

@@ -11,18 +11,28 @@
   this benchmark's with one key set only if absent, and kept only if that key is then the only one in it. At the
   end it is flushed only if the mark is still this benchmark's (so a database someone else was using is never
   taken, and one someone else took meanwhile is never flushed).
+- `folder(prefix)`: a new folder under the checkout's var/bench/ (made first: a fresh checkout has none); the
+  caller removes it.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
 MARK = "airlock-bench:owner"
+WORK = Path(__file__).resolve().parent.parent / "var" / "bench"
+
+
+def folder(prefix: str) -> Path:
+    WORK.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=WORK))
 
 
 def with_path(url: str, path: str) -> str:
