@@ -3,13 +3,13 @@
 import os
 
 from django.conf import settings
-from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 if not settings.configured:  # this process serves ASGI (not a test process importing the app)
     os.environ.setdefault("AIRLOCK_DB_POOL", "1")  # Postgres connections from a pool, not one per thread
 
 from apps.core import tracing
+from apps.core.handler import get_asgi_application  # Django's, with the chain and the view in one thread trip
 
 if tracing.configure("web"):  # OTEL_EXPORTER_OTLP_ENDPOINT set: a span per request (before the handler is built)
     from opentelemetry.instrumentation.django import DjangoInstrumentor

@@ -1,0 +1,41 @@
+"""Django's ASGI handler, with the middleware chain and the view in one trip to the sync thread.
+
+Every middleware here is sync (Django's own, WhiteNoise, allauth's and ours), and so are the views. Django's
+ASGI handler still builds its chain for async: it enters a request's sync thread for the sync middleware, comes
+back to the event loop for its async core (`_get_response_async`), and enters the thread again for the view. Each
+crossing restores every context variable of the request, re-homing each asgiref `Local` in it (28 here), and wakes
+a thread: about a dozen context restores per request, 12 % of a web process's GIL time in a profile of
+`GET /api/v1/me`. Built as WSGI builds it, the chain runs with the view in one call, which the handler makes in
+one trip; the rest of the handler (the request's body, `request_started` and `request_finished`, the answer
+written in chunks, streaming answers, a client that goes away) is Django's own. The same request cost the web
+process 13-14 % less CPU this way (docs/performance-history.md, twenty-fourth round).
+
+Django's `ASGIHandler` is the plain twin: an async middleware or view would run under it without a change here
+(a sync chain runs an async view through `async_to_sync`, as under WSGI), only with the crossings back.
+"""
+
+from __future__ import annotations
+
+import django
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIHandler
+from django.core.handlers.base import BaseHandler
+from django.http import HttpRequest, HttpResponseBase
+
+
+class OneTripASGIHandler(ASGIHandler):
+    def __init__(self) -> None:
+        BaseHandler.__init__(self)
+        self.load_middleware(is_async=False)
+
+    async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
+        # thread_sensitive: the request's own sync thread (ASGIHandler.__call__ opens its ThreadSensitiveContext),
+        # where `request_started` and `request_finished` run too, so the request's database connection is the one
+        # they open and close.
+        return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+
+
+def get_asgi_application() -> OneTripASGIHandler:
+    """As `django.core.asgi.get_asgi_application`, with this handler."""
+    django.setup(set_prefix=False)
+    return OneTripASGIHandler()
