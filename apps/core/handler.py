@@ -8,7 +8,7 @@ a thread: about a dozen context restores per request, 12 % of a web process's GI
 `GET /api/v1/me`. Built as WSGI builds it, the chain runs with the view in one call, which the handler makes in
 one trip; the rest of the handler (the request's body, `request_started` and `request_finished`, the answer
 written in chunks, streaming answers, a client that goes away) is Django's own. The same request cost the web
-process 13-14 % less CPU this way (docs/performance-history.md, twenty-fourth round).
+process 9-17 % less CPU this way (docs/performance-history.md, twenty-fourth round).
 
 Django's `ASGIHandler` is the plain twin: an async middleware or view would run under it without a change here
 (a sync chain runs an async view through `async_to_sync`, as under WSGI), only with the crossings back.
