@@ -47,8 +47,7 @@ from bench import scratch, venvs  # noqa: E402
 from bench.live import _free_port, _wait, process  # noqa: E402
 from bench.stats import summary  # noqa: E402
 
-WORK = ROOT / "var" / "bench"
-PEER_VENV = WORK / "langgraph-server"
+PEER_VENV = scratch.WORK / "langgraph-server"
 PEER_REQUIREMENTS = ROOT / "bench" / "requirements-langgraph-server.txt"
 PEER_APP = ROOT / "bench" / "langgraph_server"
 RESULTS = ROOT / "bench" / "results"
@@ -71,6 +70,13 @@ def production_env() -> dict[str, str]:
             "ALLOWED_HOSTS": "127.0.0.1,localhost", "SECURE_SSL_REDIRECT": "0",
             "AIRLOCK_ENCRYPTION_KEY": os.environ.get("AIRLOCK_ENCRYPTION_KEY") or Fernet.generate_key().decode(),
             "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+
+
+def start_production_django(db_url: str, redis_url: str, channel_prefix: str) -> None:
+    """This process as a production one on the scratch database and Redis database (its child processes inherit it)."""
+    os.environ.update(production_env())
+    os.environ.update({"DATABASE_URL": db_url, "REDIS_URL": redis_url, "AIRLOCK_CHANNEL_PREFIX": channel_prefix})
+    start_django()
 
 
 def start_django() -> None:
@@ -209,7 +215,7 @@ class LangGraphServer:
                "BENCH_STAMP_FILE": str(self.stamps)}
         for key in ("DATABASE_URL", "REDIS_URL", "DJANGO_SETTINGS_MODULE", "PYTHONPATH"):
             env.pop(key, None)
-        log = (WORK / "logs" / "langgraph-server.log")
+        log = (scratch.WORK / "logs" / "langgraph-server.log")
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("w") as out:
             self.proc = subprocess.Popen([str(self.python.parent / "langgraph"), "dev", "--host", "127.0.0.1",
@@ -278,10 +284,7 @@ def measure_postgres(args) -> dict:
     peer_python = None if args.no_peer else ensure_peer_venv()
     with scratch.database(url, "airlock_bench_approval") as db_url, \
             scratch.redis_db(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0") as redis_url:
-        os.environ.update(production_env())
-        os.environ.update({"DATABASE_URL": db_url, "REDIS_URL": redis_url,
-                           "AIRLOCK_CHANNEL_PREFIX": f"airlock-approval-{os.getpid()}"})
-        start_django()
+        start_production_django(db_url, redis_url, f"airlock-approval-{os.getpid()}")
         stamps = scratch.folder("approval-") / "stamps.txt"
         s = setup(stamps)
         out: dict = {"ours": [], "floor": [], "theirs": [], "postgres_runtime": POSTGRES_RUNTIME}

@@ -49,10 +49,7 @@ def measure(args) -> dict:
                           "airlock_bench_web_cpu") as db_url, \
             scratch.redis_db(os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0") as redis_url, \
             contextlib.ExitStack() as processes:
-        os.environ.update(approval.production_env())
-        os.environ.update({"DATABASE_URL": db_url, "REDIS_URL": redis_url,
-                           "AIRLOCK_CHANNEL_PREFIX": f"airlock-web-cpu-{os.getpid()}"})
-        approval.start_django()
+        approval.start_production_django(db_url, redis_url, f"airlock-web-cpu-{os.getpid()}")
         token = api_token()
         sides = {}
         for name, app in (("A", "config.asgi:application"), ("B", args.against)):
