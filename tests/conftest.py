@@ -120,8 +120,55 @@ def gateway_url(gateway):
 
 @pytest.fixture(scope="session")
 def worker(django_db_setup, process_logs):
-    """A real Celery worker on the test database and broker. Use with transactional_db."""
+    """A real Celery worker on the test database and broker. Use with transactional_db.
+
+    It lives for the session once a test has asked for it, but it takes tasks only during the tests that ask
+    for it (`session_worker_only_where_asked`)."""
     from tests.processes import celery_worker
 
     with celery_worker(process_logs) as proc:
-        yield proc
+        SESSION_WORKER.append(SessionWorker(proc.node))
+        try:
+            yield proc
+        finally:
+            SESSION_WORKER.clear()
+
+
+class SessionWorker:
+    """The session's worker's queues, switched on for the tests that ask for the worker and off for the rest.
+
+    Off, so a test that commits its rows and drives a run inline, or starts a worker of its own, is not raced by
+    the session's worker taking the task its commit published (CI, 6 December: an approved call claimed by it
+    while the test played the worker that died after `dispatched`). On again, the messages earlier tests left
+    are dropped first: their rows were truncated with those tests, and they are not this test's."""
+
+    def __init__(self, node: str):
+        self.node, self.listening = node, True
+
+    def listen(self, on: bool) -> None:
+        from config.celery import WORKER_QUEUES, app
+
+        if on == self.listening:
+            return
+        queues = WORKER_QUEUES.split(",")
+        if on:
+            with app.connection_for_write() as conn:
+                for queue in queues:
+                    conn.default_channel.queue_purge(queue)
+        for queue in queues:
+            switch = app.control.add_consumer if on else app.control.cancel_consumer
+            replies = switch(queue, destination=[self.node], reply=True, timeout=10)
+            if not replies:
+                raise RuntimeError(f"the session's worker {self.node} did not answer to switch {queue} {on}")
+        self.listening = on
+
+
+SESSION_WORKER: list[SessionWorker] = []
+
+
+@pytest.fixture(autouse=True)
+def session_worker_only_where_asked(request):
+    if "worker" in request.fixturenames:
+        request.getfixturevalue("worker")
+    for session_worker in SESSION_WORKER:
+        session_worker.listen("worker" in request.fixturenames)

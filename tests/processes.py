@@ -98,13 +98,16 @@ def web_server(log_dir: Path, **env: str):
 
 @contextmanager
 def celery_worker(log_dir: Path, *, concurrency: int = 2, **env: str):
+    """A Celery worker on this session's database and broker; its node name is `proc.node`."""
     log = log_dir / f"worker-{time.monotonic_ns()}.log"
+    node = f"test-{time.monotonic_ns()}@{socket.gethostname()}"
     with log.open("w") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "config.worker", "-l", "info", "--concurrency", str(concurrency),
-             "--without-mingle", "--without-gossip", "-n", f"test-{time.monotonic_ns()}@%h"],
+             "--without-mingle", "--without-gossip", "-n", node],
             cwd=ROOT, env=child_env(**env), stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )
+    proc.node = node
     try:
         wait_for_text(log, "ready.", proc, timeout=60)
         yield proc

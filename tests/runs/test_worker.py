@@ -110,3 +110,24 @@ def test_a_worker_killed_mid_run_resumes_without_running_any_tool_twice(worker, 
     assert desk.store()["orders"]["A-1003"]["refunded_cents"] == 10 * len(made)
     dispatched = ToolCall.objects.filter(run=run, qualified_name="orders.refund_order").exclude(dispatched_at=None)
     assert all(r.attempts == 1 for r in dispatched)
+
+
+def test_the_session_s_worker_takes_no_task_while_a_test_that_did_not_ask_for_it_runs(worker, desk):
+    """Tests that commit their rows and drive runs inline (or start workers of their own) run beside the
+    session's worker once an earlier test started it; it must not take their tasks (tests/conftest.py)."""
+    from tests.conftest import SESSION_WORKER
+
+    [session_worker] = SESSION_WORKER
+    run = services.start_run(actor=desk.actor, crew_id=desk.refund_desk().id,
+                             inputs={"order_id": "A-1001", "amount_cents": 5}, enqueue=False)
+    try:
+        session_worker.listen(False)  # as for a test that did not ask for the worker
+        tasks.execute_run.delay(str(run.id))
+        time.sleep(2)
+        assert Run.objects.get(id=run.id).status == "queued"
+        assert list(RunEvent.objects.filter(run=run).values_list("type", flat=True)) == ["run.queued"]
+    finally:
+        session_worker.listen(True)  # as for the next test that asks: the message left behind is dropped
+    assert str(run.id) not in run_worker.runs_in_line()
+    tasks.execute_run.delay(str(run.id))
+    assert wait_for(run.id, {"waiting"}).status == "waiting"
