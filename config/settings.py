@@ -290,9 +290,9 @@ if not REDIS_URL:
 # The shared short-lived state of the API (Idempotency-Key answers, failed-token counters): Redis
 # when configured, so every web process sees it; this process's memory when embedded (one process).
 CACHES = {"default": (
-    {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL,
-     "KEY_PREFIX": f"{os.environ.get('AIRLOCK_CHANNEL_PREFIX', 'airlock')}:cache",
-     "OPTIONS": {"pool_class": "apps.core.cache_pool.SharedConnectionPool"}}  # not one connection per request
+    # Django's RedisCache with one client per process, not one connection per request (apps/core/cache.py)
+    {"BACKEND": "apps.core.cache.RedisCache", "LOCATION": REDIS_URL,
+     "KEY_PREFIX": f"{os.environ.get('AIRLOCK_CHANNEL_PREFIX', 'airlock')}:cache"}
     if REDIS_URL else {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"})}
 # API tokens that fail: this many within the window lock their address (and their prefix) out.
 AIRLOCK_API_TOKEN_FAILURES = int(os.environ.get("AIRLOCK_API_TOKEN_FAILURES", "10"))

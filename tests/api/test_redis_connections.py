@@ -1,5 +1,5 @@
 """A web process keeps its Redis connections: API requests (each reads the token lockout from the cache) reuse the
-process's pool instead of connecting to Redis again for every request (apps/core/cache_pool.py)."""
+process's client instead of connecting to Redis again for every request (apps/core/cache.py)."""
 
 from __future__ import annotations
 
