@@ -380,7 +380,7 @@ def concurrent_runs(bases: list[str], s: dict, runs: int, clients: int, threads:
         statuses[row["status"]] = statuses.get(row["status"], 0) + 1
     last_finish = max(r["finished_at"] for r in rows).timestamp()
     # websocket completeness: every event of the run, in order, no duplicates
-    complete, frame_ms, frames = 0, [], 0
+    complete, frame_ms, frame_ages, frames = 0, [], [], 0
     expected = {str(r): list(RunEvent.objects.filter(run_id=r).order_by("seq").values_list("seq", flat=True))
                 for r in watched}
     problems = []
@@ -394,8 +394,11 @@ def concurrent_runs(bases: list[str], s: dict, runs: int, clients: int, threads:
                              "frames": [(round(at - watchers.opened_at.get(run_id, at), 3), kind, seq_list)
                                         for at, kind, seq_list in watchers.log[run_id]]})
         # live frames only: events committed after the client connected (earlier ones are replayed on connect)
-        frame_ms += [(arrived - at) * 1000 for _, _, arrived, at in got
-                     if at >= watchers.opened_at.get(run_id, float("inf")) and arrived >= at]
+        opened = watchers.opened_at.get(run_id, float("inf"))
+        live = [(at - opened, (arrived - at) * 1000) for _, _, arrived, at in got if at >= opened and arrived >= at]
+        frame_ms += [lag for _, lag in live]
+        # when in its socket's life each live event came: a lag in the page's first second is its socket's joining
+        frame_ages += [(round(age, 3), round(lag)) for age, lag in live]
     return {
         "runs": runs, "started": len(ids), "api_errors": errors[:5], "api_error_count": len(errors),
         "start_ms": ms(latencies), "start_ms_by_batch": by_batch, "statuses": statuses,
@@ -409,6 +412,7 @@ def concurrent_runs(bases: list[str], s: dict, runs: int, clients: int, threads:
         "ws_complete": complete, "ws_frames": frames, "ws_problems": problems[:5],
         "event_to_frame_ms": ms(frame_ms), "live_frames": len(frame_ms),
         "frames_settled_s": round(settled - finished, 1), "event_to_frame_samples": sorted(round(f) for f in frame_ms),
+        "event_to_frame_by_socket_age": sorted(frame_ages),
     }
 
 
