@@ -34,14 +34,17 @@ from django.http import HttpRequest, HttpResponseBase
 class RequestThreads:
     """Single-thread executors for requests' sync work: one taken per request, kept for the next when it is over.
 
-    Only the event loop's thread takes and gives back. As many exist as requests run at once (as under Django's
-    handler); up to `keep` idle ones are kept."""
+    As many exist as requests run at once (as under Django's handler); up to `keep` idle ones are kept. A process
+    serves on one event loop, but a take is one atomic `pop` all the same, so two loops could share the handler."""
 
     def __init__(self, keep: int = 16) -> None:
         self.keep, self.idle = keep, []
 
     def take(self) -> ThreadPoolExecutor:
-        return self.idle.pop() if self.idle else ThreadPoolExecutor(max_workers=1, thread_name_prefix="request")
+        try:
+            return self.idle.pop()
+        except IndexError:
+            return ThreadPoolExecutor(max_workers=1, thread_name_prefix="request")
 
     def give_back(self, executor: ThreadPoolExecutor) -> None:
         if len(self.idle) < self.keep:
