@@ -15,6 +15,7 @@ from django.http import HttpResponse
 from django.urls import path
 
 from apps.core.handler import OneTripASGIHandler
+from tests.processes import run_async  # a fresh loop: once browser tests ran, one runs in this thread
 
 meeting = threading.Barrier(2, timeout=10)
 
@@ -91,7 +92,7 @@ def test_requests_in_flight_at_once_each_have_a_thread_of_their_own(app):
     async def both():
         return await asyncio.gather(call(app, "meet", "a"), call(app, "meet", "b"))
 
-    first, second = asyncio.run(both())
+    first, second = run_async(both())
     assert first != second and first.startswith("request") and second.startswith("request")
 
 
@@ -99,7 +100,7 @@ def test_a_request_s_signals_and_view_run_on_one_thread_and_the_next_request_reu
     async def one_after_another():
         return [await call(app, "alone", f"r{n}") for n in range(3)]
 
-    threads = asyncio.run(one_after_another())
+    threads = run_async(one_after_another())
     assert len(set(threads)) == 1  # kept, not a thread started for each request
     assert signalled_threads["started"] == signalled_threads["finished"] == threads
 
@@ -113,5 +114,5 @@ def test_a_request_s_thread_is_not_lent_while_it_still_runs_the_request(app):
         second = await call(app, "meet", "b")
         return await first, solo, second
 
-    first, solo, second = asyncio.run(overlapping())
+    first, solo, second = run_async(overlapping())
     assert solo != first and second != first
