@@ -29,15 +29,13 @@ class KeptRedisCacheClient(RedisCacheClient):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self._kept: dict[int, object] = {}
+        self._kept: dict[object, object] = {}  # connection pool -> its redis-py client
 
     def get_client(self, key=None, *, write=False):
-        index = self._get_connection_pool_index(write)
-        client = self._kept.get(index)
+        pool = self._get_connection_pool(write)  # Django's: built once per server
+        client = self._kept.get(pool)
         if client is None:
-            if index not in self._pools:
-                self._pools[index] = self._pool_class.from_url(self._servers[index], **self._pool_options)
-            client = self._kept[index] = self._client(connection_pool=self._pools[index])
+            client = self._kept[pool] = self._client(connection_pool=pool)
         return client
 
 
