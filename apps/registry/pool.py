@@ -249,6 +249,8 @@ class Pool:
             session = None
         if session is None:
             session = self._sessions[spec.id] = _Session(spec, self.on_list_changed, self.on_resource_updated)
+        elif session.ready.is_set():  # open (the usual case): no task to wait on an event already set
+            return session
         try:
             await asyncio.wait_for(asyncio.shield(session.ready.wait()), timeout=spec.timeout_s)
         except TimeoutError:
