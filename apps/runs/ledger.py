@@ -226,14 +226,18 @@ def move_call(run: Run | CallRun, row: ToolCall, *, expect: str, emit: Emit, eve
               event_data: dict[str, Any] | None = None, **fields: Any) -> bool:
     """A conditional transition `expect -> fields['state']`, with its event. False when the row was not in
     `expect` (another worker moved it)."""
-    meta = ToolCall._meta
-    values = {meta.get_field(name).name: value.pk if isinstance(value, Model) else value
-              for name, value in fields.items()}
+    values = _move_values(fields)
     moved = _call_move(tuple(values)).execute({**values, "updated_at": timezone.now()}, {"id": row.id, "state": expect})
     if not moved:
         return False
     applied(run, row, event=event, event_data=event_data, fields=fields, emit=emit)
     return True
+
+
+def _move_values(fields: dict[str, Any]) -> dict[str, Any]:
+    meta = ToolCall._meta
+    return {meta.get_field(name).name: value.pk if isinstance(value, Model) else value
+            for name, value in fields.items()}
 
 
 @functools.cache
@@ -461,6 +465,14 @@ def _completion_update(fields: tuple[str, ...]) -> Update:
 def send_new_calls(rows: list[ToolCall]) -> None:
     """Sends the insert of a model call's ledger rows, as they are in memory, into the current batch."""
     _call_inserts().send(rows)
+
+
+def send_move(row: ToolCall, *, expect: str, fields: dict[str, Any]) -> None:
+    """`move_call`'s UPDATE sent into the current batch, without its event: the statement checks its row count
+    and raises `NothingUpdated` when the row is no longer in `expect`."""
+    values = _move_values(fields)
+    update = _call_move(tuple(values))
+    send_expected(update.sql, update.params({**values, "updated_at": timezone.now()}, {"id": row.id, "state": expect}))
 
 
 def send_completion(row: ToolCall, fields: dict[str, Any]) -> None:

@@ -1,18 +1,22 @@
 """A step's writes go to Postgres as one batch (apps.core.db.pipeline), and a batch cannot tell a row
 count or raise at its statement. This pins what the batch must still refuse: a step of a worker that
-lost the run commits nothing, even when a read it sent with the batch already left; and that a write never
-leaves before its `dispatched` is committed. (A budget crossed by a batched model call:
+lost the run commits nothing, even when a read it sent with the batch already left; a call a person let go
+is not sent by a worker whose `dispatched` batch finds it dispatched by another; and a write never leaves
+before its `dispatched` is committed. (A budget crossed by a batched model call:
 tests/runs/test_budgets.py.)"""
 
 from __future__ import annotations
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
+from apps.accounts.actors import member_actor
 from apps.costs.models import UsageRecord
 from apps.registry.pool import PendingCall, Pool
-from apps.runs import services
+from apps.runs import decisions, services
 from apps.runs import worker as run_worker
+from apps.runs.engine import tools as engine_tools
 from apps.runs.models import Run, RunEvent, RunStep, ToolCall
 from tests.runs.conftest import LOOK_UP
 
@@ -87,6 +91,37 @@ def test_a_read_sent_with_a_batch_that_fails_leaves_no_trace(desk, monkeypatch):
         ("unknown", {"order_id": "A-1001"})]
     assert RunStep.objects.filter(run=run, kind="llm").count() == 1
     assert not RunEvent.objects.filter(run=run, type__in=["tool.completed", "run.finished"]).exists()
+
+
+def test_an_approved_call_another_worker_dispatched_first_is_not_sent_again(desk, approver, monkeypatch):
+    """A resume sends an approved call's `held -> dispatched` in the batch with its COMMIT, not a round trip
+    before it. Another worker that took the run over dispatched the call while this one was deciding its own
+    dispatch: this batch must roll back and its request must never leave (the call goes out once), and the run
+    stays the other worker's."""
+    run = services.start_run(actor=desk.actor, crew_id=desk.refund_desk().id, inputs=A1001, enqueue=False)
+    run = run_worker.drive_run(run_id=run.id)
+    held = ToolCall.objects.get(run=run, qualified_name="orders.refund_order", state="held")
+    decisions.decide_approval(actor=member_actor(approver), approval_id=held.approval_id, decision="approve")
+    started, original_start, original_problem = [], Pool.start_call, engine_tools.url_problem
+    theirs = timezone.now()
+
+    def start_call(self, spec, tool_name, *args, **kwargs):
+        started.append(tool_name)
+        return original_start(self, spec, tool_name, *args, **kwargs)
+
+    def dispatched_by_the_other_worker(arguments):  # the dispatch's last check before its batch
+        ToolCall.objects.filter(id=held.id).update(state="dispatched", dispatched_at=theirs, attempts=1)
+        return original_problem(arguments)
+
+    monkeypatch.setattr(Pool, "start_call", start_call)
+    monkeypatch.setattr(engine_tools, "url_problem", dispatched_by_the_other_worker)
+    assert run_worker.advance_run(run_id=run.id, max_steps=1) == "lost"  # as the resume task runs it
+
+    assert started == [] and desk.refunds() == {}  # this worker sent nothing
+    held.refresh_from_db()
+    assert (held.state, held.dispatched_at, held.attempts) == ("dispatched", theirs, 1)  # the other worker's
+    assert not RunEvent.objects.filter(run=run, type="tool.dispatched", data__tool_call_id=str(held.id)).exists()
+    assert Run.objects.get(id=run.id).status == "running"  # the other worker's to finish
 
 
 def test_a_write_leaves_only_once_its_dispatched_is_committed(desk, monkeypatch):

@@ -100,13 +100,14 @@ def _answer_tool_calls(store: Store, turn: RunStep, agent: dict[str, Any], messa
             f"{asked} question(s) wait for a person's answer." if asked else "") if part) if held else \
             "A tool call's outcome is unknown: a person must resolve it."
         return "waiting" if store.wait(reason) else "continue"
-    # After a write, committed now with the completions of the calls just made (their state, result and audit
-    # row), before the next model call starts: a worker that dies during that call leaves a write that
-    # happened as `succeeded`, not `dispatched` (which a resume must make `unknown` for a person). After reads
-    # only, written with the next model call's record like the other deferred writes (one commit per step):
-    # a read has no effect a person must account for.
-    store.save_messages(turn, [*messages, answers(rows)],
-                        defer=not made_writes(store.run.snapshot.get("tools", {}), rows))
+    # After a write, held: committed with the completions of the calls just made (their state, result and audit
+    # row) by the store's next transaction or, at the latest, before the next model call starts (`commit_held`):
+    # a worker that dies during that call leaves a write that happened as `succeeded`, not `dispatched` (which a
+    # resume must make `unknown` for a person). When the task ends here (a resume's one step) they go out with
+    # the run's hand-back, one commit instead of two. After reads only, written with the next model call's record
+    # like the other deferred writes (one commit per step): a read has no effect a person must account for.
+    wrote = made_writes(store.run.snapshot.get("tools", {}), rows)
+    store.save_messages(turn, [*messages, answers(rows)], defer=not wrote, hold=wrote)
     return "continue"
 
 

@@ -108,6 +108,7 @@ def call_model(store: Store, *, turn: RunStep, agent: dict[str, Any], messages: 
         store.event("retry", what="model", agent=agent["name"], attempt=attempt, delay_s=round(delay, 2),
                     error=store.redact_outside(str(exc))[:300])
 
+    store.commit_held()  # the last step's writes are on record before the model takes its time
     started, began = time.monotonic(), timezone.now()
     try:
         response = with_retries(once, classify=classify_model_error, on_retry=on_retry)

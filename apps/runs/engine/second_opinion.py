@@ -39,6 +39,8 @@ def settle(store: Store) -> None:
     """Waits for the run's verdicts (at most the classifier's timeout in all); the first flagged one, or a
     classifier that failed or did not answer, taints the run with the reason."""
     pending = _pending.pop(store.run_id, [])
+    if pending:
+        store.commit_held()  # a write's completion is not kept back while a verdict is waited for
     deadline = monotonic() + classifier.timeout_s()
     for item in pending:
         if store.run.tainted:

@@ -272,6 +272,12 @@ class ToolCalls:
         with self.atomic():
             if inserting:
                 self._applied(row, expect=expect, event=event, event_data=event_data, fields=changes)
+            elif outermost:
+                # A call a person let go (a resume): its move goes out in the batch with the COMMIT, not a round
+                # trip before it. Should the row have left `expect` meanwhile, another worker has taken the run
+                # over (it made the row `unknown`): the batch rolls back and the store raises LeaseLost.
+                self._deferred.append(lambda: ledger.send_move(row, expect=expect, fields=changes))
+                self._applied(row, expect=expect, event=event, event_data=event_data, fields=changes)
             elif not self._transition(row, expect=expect, event=event, event_data=event_data, **changes):
                 return False
             self.event("tool.dispatched", tool_call_id=str(row.id), tool=row.qualified_name)

@@ -104,6 +104,7 @@ class RunStore(ToolCalls):
         self._totals = Totals()  # what the transaction adds to the run's counters, written with its events
         self._deferred: list[Deferred] = []
         self._deferred_reads = False  # one of them returns what must read before COMMIT (a budget check)
+        self._held = False  # among them, a write's completion: committed before anything slow (`commit_held`)
         self._appends: dict[str, tuple[RunStep, int, bool]] = {}  # turn -> (first index to write, rewritten?)
         self._unsaved: set[Any] = set()  # ledger rows whose insert is deferred (record_model_call)
         self._on_sent: Callable[[], None] | None = None  # for the outermost transaction's COMMIT (dispatch_call)
@@ -162,6 +163,7 @@ class RunStore(ToolCalls):
         if self._deferred_reads:  # a budget check after a model call reads: the writes go first, on their own
             self._flush_deferred()
         sent, self._on_sent = self._on_sent, None
+        self._held = False
         with end_transaction(sent=sent):
             deferred, self._deferred = self._deferred, []
             if deferred:  # they come first, as if written at the start: so do their events
@@ -181,6 +183,12 @@ class RunStore(ToolCalls):
         if self._deferred or self._appends:
             with self.atomic():
                 pass
+
+    def commit_held(self) -> None:
+        """Commits the completions `save_messages(hold=True)` kept back, unless a transaction already has: the engine
+        calls it before it may wait (a model call, a classifier's verdict)."""
+        if self._held:
+            self.flush()
 
     def _flush_deferred(self) -> None:
         deferred, self._deferred, self._deferred_reads = self._deferred, [], False
@@ -495,11 +503,13 @@ class RunStore(ToolCalls):
             self.event("agent.started", step_id=str(turn.id), agent=agent["name"], agent_id=agent["id"], task=task)
         return turn
 
-    def save_messages(self, turn: RunStep, messages: list[ModelMessage], *, defer: bool = False,
+    def save_messages(self, turn: RunStep, messages: list[ModelMessage], *, defer: bool = False, hold: bool = False,
                       **state: Any) -> None:
-        """`defer`: written with the store's next transaction (see `atomic`)."""
-        if defer and not state:
+        """`defer`: written with the store's next transaction (see `atomic`). `hold`: the same, but no later than
+        the next `commit_held`, for what must be committed before the engine waits (a write's completion)."""
+        if (defer or hold) and not state:
             self._save_messages(turn, messages)
+            self._held |= hold
             return
         with self.atomic():
             self._save_messages(turn, messages)
