@@ -17,8 +17,9 @@
 
 It prints one table: the figures with targets (run start p95, decision p95, decided -> dispatched p95, event ->
 websocket frame p95, errors, lost), then throughput (runs/s, decisions/s), p50s, where the time went (the deepest
-each broker queue got, the statements that waited for a lock), and the "nothing lost" checks: every run ended as
-expected (succeeded, or waiting before the storm's decisions), every approved refund ran exactly once by the
+each broker queue got, the statements that waited for a lock, the CPU each role spent per approval), and the
+"nothing lost" checks: every run ended as expected (succeeded, or waiting before the storm's decisions), every
+approved refund ran exactly once by the
 ledger (one `succeeded` ToolCall, one attempt) and by the order desk's own store (one refund per request id, none
 repeated, the order's refunded total matching), and every websocket client saw every event of its run, in order,
 without duplicates. Results: bench/results/load-<ts>.json.
@@ -198,6 +199,56 @@ def worker_errors() -> list[str]:
     for log in (ROOT / "var" / "bench" / "logs").glob("load-worker-*.log"):
         errors += [line for line in log.read_text(errors="replace").splitlines() if "raised unexpected" in line]
     return errors
+
+
+class CpuByRole:
+    """The CPU time this stack's processes spent between `start()` and `stop()`, by role, from /proc (Linux): each
+    process the bench started and everything under it (a worker's children, their MCP servers), the order desk's
+    servers apart, and the Postgres backends of this stack's database. What an approval costs the machine, where
+    a per-stage latency cannot show it: on two shared cores every process takes its turn at the same CPUs."""
+
+    def __init__(self, roles: dict[int, str]) -> None:
+        self.roles = roles  # session id (the pid of a process started with a session of its own) -> role
+        self.before: dict[int, tuple[str, int]] = {}
+
+    def _sample(self) -> dict[int, tuple[str, int]]:
+        import psycopg
+
+        db = urlparse(os.environ["DATABASE_URL"]).path.lstrip("/")
+        with psycopg.connect(os.environ["DATABASE_URL"], autocommit=True) as conn:
+            backends = {pid for (pid,) in conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s "
+                                                       "AND pid <> pg_backend_pid()", (db,))}
+        procs = {}  # pid -> (parent, session, command line, CPU ticks)
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    procs[int(entry.name)] = (int(fields[1]), int(fields[3]), (entry / "cmdline").read_bytes(),
+                                              int(fields[11]) + int(fields[12]))
+                except OSError:
+                    continue
+
+        def role(pid: int, depth: int = 0) -> str | None:
+            # a stdio MCP server may run in a session of its own: it belongs to whoever started it
+            parent, session, _, _ = procs.get(pid, (0, 0, b"", 0))
+            return self.roles.get(session) or (role(parent, depth + 1) if parent and depth < 4 else None)
+
+        ticks = {}
+        for pid, (_, _, cmdline, spent) in procs.items():
+            name = "postgres" if pid in backends else role(pid)
+            if name is not None:
+                ticks[pid] = ("order desk (MCP server)" if b"apps.demo.order_desk" in cmdline else name, spent)
+        return ticks
+
+    def start(self) -> None:
+        self.before = self._sample()
+
+    def stop(self, per: int) -> dict[str, float]:
+        """CPU ms per `per` (e.g. per approval) by role."""
+        after, hz, spent = self._sample(), os.sysconf("SC_CLK_TCK"), {}
+        for pid, (role, ticks) in after.items():
+            spent[role] = spent.get(role, 0) + ticks - self.before.get(pid, (role, 0))[1]
+        return {role: round(1000 * t / hz / max(per, 1), 1) for role, t in sorted(spent.items(), key=lambda kv: -kv[1])}
 
 
 def web_process(index: int):
@@ -416,7 +467,7 @@ def concurrent_runs(bases: list[str], s: dict, runs: int, clients: int, threads:
     }
 
 
-def approval_storm(bases: list[str], s: dict, storm: int, threads: int) -> dict:
+def approval_storm(bases: list[str], s: dict, storm: int, threads: int, cpu: CpuByRole | None = None) -> dict:
     from apps.approvals.models import ApprovalRequest
     from apps.runs.models import Run, ToolCall
 
@@ -433,11 +484,15 @@ def approval_storm(bases: list[str], s: dict, storm: int, threads: int) -> dict:
     decisions = [(f"{bases[n % len(bases)]}/api/v1/approvals/{a}/decision", {"decision": "approve", "comment": "load"})
                  for n, a in enumerate(pending)]
     print(f"  {len(pending)} waiting after {to_waiting_s:.1f} s; deciding them all at once ...", flush=True)
+    if cpu is not None:
+        cpu.start()
     answered, latencies, errors, wall = timed_requests("POST", decisions, s["approver"], threads, ok=200)
     decided_at = time.time()
     wait_until("the approved runs to finish", lambda: Run.objects.filter(id__in=ids, status__in=TERMINAL).count()
                == len(ids), timeout=1800, interval=1)
     all_done_s = time.time() - decided_at
+    # from the first decision to the last run's end: the decisions, the resumes and the runs' last steps
+    cpu_ms = cpu.stop(per=len(pending)) if cpu is not None else {}
     statuses = {}
     for status in Run.objects.filter(id__in=ids).values_list("status", flat=True):
         statuses[status] = statuses.get(status, 0) + 1
@@ -470,7 +525,7 @@ def approval_storm(bases: list[str], s: dict, storm: int, threads: int) -> dict:
         "decisions_per_s": round(len(pending) / wall, 1), "decisions_wall_s": round(wall, 1),
         "decided_to_dispatched_ms": ms(dispatch_ms), "dispatch_timeline": dispatch_timeline,
         "refund_call_ms": ms(tool_ms),
-        "all_finished_s": round(all_done_s, 1), "statuses": statuses,
+        "all_finished_s": round(all_done_s, 1), "statuses": statuses, "cpu_ms_per_approval": cpu_ms,
         "ledger_calls": len(calls), "ledger_succeeded": len(succeeded),
         "ledger_one_attempt": all(c["attempts"] == 1 for c in succeeded),
         "desk_refunds": len(refunds), "desk_repeated": sum(1 for r in refunds.values() if r.get("repeated")),
@@ -547,6 +602,10 @@ def table(r: dict, s: dict) -> str:
         f"{a['decided_to_dispatched_ms'][0] / 1000:.1f} / {a['decided_to_dispatched_ms'][1] / 1000:.1f} s")
     add("storm: all runs finished after the last decision", f"{a['all_finished_s']} s; {json.dumps(a['statuses'])}",
         a["statuses"] == {"succeeded": a["storm"]})
+    if a.get("cpu_ms_per_approval"):
+        cpu = a["cpu_ms_per_approval"]
+        add("storm: CPU per approval, decision to run's end (ms)",
+            f"{sum(cpu.values()):.1f}: " + ", ".join(f"{role} {ms}" for role, ms in cpu.items()))
     add("storm: ledger: each approved call ran once", f"{a['ledger_succeeded']}/{a['ledger_calls']} succeeded, "
         f"one attempt each: {a['ledger_one_attempt']}",
         a["ledger_succeeded"] == a["ledger_calls"] == a["storm"] and a["ledger_one_attempt"])
@@ -608,14 +667,14 @@ def measure(args) -> dict:
                     "machine": {"cpus": os.cpu_count(), "load_before": os.getloadavg()}}
     sampler = Sampler()
     with ExitStack() as stack:
-        bases = []
+        bases, roles = [], {}
         for index in range(args.web):
             port, web = web_process(index)
-            stack.enter_context(web)
+            roles[stack.enter_context(web).pid] = "web"
             bases.append(f"http://127.0.0.1:{port}")
         for index in range(args.workers):
-            stack.enter_context(worker_process(index, args.concurrency))
-        stack.enter_context(beat_process())
+            roles[stack.enter_context(worker_process(index, args.concurrency)).pid] = "worker"
+        roles[stack.enter_context(beat_process()).pid] = "beat"
         sampler.start()
         warm = args.warm if args.warm >= 0 else args.workers * args.concurrency * 2
         print(f"warming up the workers with {warm} runs ...", flush=True)
@@ -628,7 +687,7 @@ def measure(args) -> dict:
         sampler.queues.clear()
         sampler.lock_waits.clear()
         print(f"approval storm of {args.storm} ...", flush=True)
-        report["storm"] = approval_storm(bases, s, args.storm, args.threads)
+        report["storm"] = approval_storm(bases, s, args.storm, args.threads, CpuByRole(roles))
         report["storm"]["queues_peak"] = dict(sampler.queues)
         report["storm"]["lock_waits"] = dict(sampler.lock_waits)
     sampler.stop.set()
