@@ -273,9 +273,10 @@ class ToolCalls:
             if inserting:
                 self._applied(row, expect=expect, event=event, event_data=event_data, fields=changes)
             elif outermost:
-                # A call a person let go (a resume): its move goes out in the batch with the COMMIT, not a round
-                # trip before it. Should the row have left `expect` meanwhile, another worker has taken the run
-                # over (it made the row `unknown`): the batch rolls back and the store raises LeaseLost.
+                # A row written before (a call a person let go, a response's second call): its move goes out in
+                # the batch with the COMMIT, not a round trip before it. Only the run's engine moves these rows, so
+                # one that left `expect` meanwhile means another worker took the run over (and moved it itself):
+                # the batch rolls back, the store raises LeaseLost, and this worker's request never leaves.
                 self._deferred.append(lambda: ledger.send_move(row, expect=expect, fields=changes))
                 self._applied(row, expect=expect, event=event, event_data=event_data, fields=changes)
             elif not self._transition(row, expect=expect, event=event, event_data=event_data, **changes):
