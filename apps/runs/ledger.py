@@ -456,12 +456,6 @@ def _call_inserts() -> Inserts:
     return Inserts(ToolCall)
 
 
-@functools.cache
-def _completion_update(fields: tuple[str, ...]) -> Update:
-    """`dispatched -> state` with the result: the key includes the state the row must still be in."""
-    return Update(ToolCall, fields, ("id", "state"))
-
-
 def send_new_calls(rows: list[ToolCall]) -> None:
     """Sends the insert of a model call's ledger rows, as they are in memory, into the current batch."""
     _call_inserts().send(rows)
@@ -478,9 +472,7 @@ def send_move(row: ToolCall, *, expect: str, fields: dict[str, Any]) -> None:
 def send_completion(row: ToolCall, fields: dict[str, Any]) -> None:
     """Sends `dispatched -> fields['state']` into the current batch. A batch shows no row count before its
     COMMIT: the statement checks it and raises `NothingUpdated` when the row is no longer `dispatched`."""
-    values = {**fields, "updated_at": timezone.now()}
-    update = _completion_update(tuple(values))
-    send_expected(update.sql, update.params(values, {"id": row.id, "state": CallState.DISPATCHED}))
+    send_move(row, expect=CallState.DISPATCHED, fields=fields)
 
 
 # --- the run's claim ------------------------------------------------------------------------------------
