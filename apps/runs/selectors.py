@@ -77,6 +77,12 @@ def run_org_id(run_id: UUID | str) -> UUID | None:
         return None
 
 
+def last_event_seq(*, org_id: UUID | str, run_id: UUID | str) -> int | None:
+    """The seq of the run's newest event (what its page was rendered up to, `?seq=`), or None for no such run of
+    the organisation."""
+    return Run.objects.filter(org_id=org_id, id=run_id).values_list("last_seq", flat=True).first()
+
+
 def run_statuses(*, org_id: UUID | str, run_ids: list[str]) -> list[tuple[UUID, str]]:
     """(id, status) of those of `run_ids` that are the organisation's runs."""
     return list(Run.objects.filter(org_id=org_id, id__in=run_ids).values_list("id", "status"))

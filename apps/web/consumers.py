@@ -319,9 +319,16 @@ class RunConsumer(MemberConsumer):
             rendered = int(_query(self.scope).get("seq", ""))
         except ValueError:
             rendered = None
-        # Not behind the render slots: until `connect` returns the socket hears nothing, so its run's events would
-        # wait for every other page's render (bench/load.py: event -> frame p50 2 s -> 8 s).
-        await self._send_panels(first=True, unless_at=rendered)
+        if rendered is not None and rendered == await database_sync_to_async(runs.last_event_seq)(
+                org_id=self.org_id, run_id=self.run_id):
+            # A page just loaded, and its run has not moved since: it needs nothing. Rendering every panel only to
+            # find that was most of what a page view's socket cost its web process. Read after joining the run's
+            # group, as a render would be: an event committed meanwhile is told to this socket.
+            self.last_seq = rendered
+        else:
+            # Not behind the render slots: until `connect` returns the socket hears nothing, so its run's events
+            # would wait for every other page's render (bench/load.py: event -> frame p50 2 s -> 8 s).
+            await self._send_panels(first=True, unless_at=rendered)
         self.keep_up()
 
     async def disconnect(self, code: int) -> None:

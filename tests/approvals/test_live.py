@@ -118,6 +118,25 @@ def test_a_page_that_already_shows_the_newest_event_gets_nothing_until_the_run_m
     assert 'id="run-tree"' in frames[-1] and f'data-seq="{last + 1}"' in frames[-1]
 
 
+@pytest.mark.parametrize("shown", ["an older event", "an event the run never had"])
+def test_a_page_that_does_not_show_the_newest_event_gets_every_panel_at_once(waiting_run, builder, shown):
+    """Only a page that shows the run's newest event is spared the panels: one rendered before the run moved (or
+    whose URL names an event the run never had) gets the run as it stands at once, then its new events live."""
+    last = waiting_run.last_seq
+    seq = last - 1 if shown == "an older event" else last + 50
+
+    async def scenario():
+        comm, first = await opened(f"/ws/run/{waiting_run.id}/?seq={seq}", builder.user)
+        await asyncio.to_thread(lambda: append_event(waiting_run.id, "test.moved"))
+        frames = await frames_until(comm, lambda f: any(x.startswith(NEW_EVENTS) for x in f))
+        await comm.disconnect()
+        return first, frames
+
+    first, frames = run_async(scenario())
+    assert 'id="run-tree"' in first and f'data-seq="{last}"' in first
+    assert added_events(frames) == [last + 1]
+
+
 def test_an_approver_sees_the_inline_decision_form_and_a_viewer_does_not(waiting_run, approver, viewer):
     async def page(user):
         comm = communicator(f"/ws/run/{waiting_run.id}/", user)
