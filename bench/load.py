@@ -32,12 +32,12 @@ Not part of the test suite. docs/performance.md.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -51,7 +51,7 @@ from urllib.parse import urlparse
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.live import EVENT, EVENT_SEQ, NEW_EVENTS, _wait  # noqa: E402
+from bench.live import _wait  # noqa: E402
 from bench.run import RESULTS  # noqa: E402
 from bench.stats import quantile  # noqa: E402
 
@@ -307,8 +307,9 @@ def wait_until(what: str, predicate, timeout: float, interval: float = 0.5):
 
 
 class Watchers:
-    """`n` websocket clients, one per run page, on one event loop in its own thread. Each records
-    (seq, type, arrival wall time, event time) of every JSON event frame."""
+    """`n` websocket clients, one per run page, in a process of their own (bench/watchers.py): on a thread of
+    this one they waited for the HTTP threads' GIL before they timed a frame. Each records (seq, type, arrival
+    wall time, event time) of every JSON event frame, as the child reports them."""
 
     def __init__(self, bases: list[str], cookie: str, run_ids: list[str]) -> None:
         self.bases, self.cookie, self.run_ids = bases, cookie, run_ids
@@ -318,54 +319,45 @@ class Watchers:
         self.opened_at: dict[str, float] = {}
         self.errors: list[str] = []
         self.connected = threading.Event()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+        self.child: subprocess.Popen | None = None
+        self.reader = threading.Thread(target=self._read, daemon=True)
 
-    async def _watch(self, run_id: str, base: str, opened: list) -> None:
-        import websockets
-
-        headers = {"Origin": base, "Cookie": f"sessionid={self.cookie}"}
-        url = base.replace("http://", "ws://") + f"/ws/run/{run_id}/"
-        try:
-            async with websockets.connect(url, additional_headers=headers, max_size=None, open_timeout=60) as ws:
-                self.opened_at[run_id] = time.time()
-                opened.append(run_id)
-                if len(opened) == len(self.run_ids):
-                    self.connected.set()
-                first = True
-                while not self.stop.is_set():
-                    try:
-                        frame = await asyncio.wait_for(ws.recv(), 0.5)
-                    except TimeoutError:
-                        continue
-                    now = time.time()
-                    if isinstance(frame, str):
-                        kind = "first" if first else "new" if frame.startswith(NEW_EVENTS) else "panels"
-                        self.log[run_id].append((now, kind, [int(n) for n in EVENT_SEQ.findall(frame)]))
-                    # The first frame is the page as it stands (its newest events); then events added on top.
-                    if isinstance(frame, str) and (first or frame.startswith(NEW_EVENTS)):
-                        first = False
-                        for seq, at, type_ in EVENT.findall(frame)[::-1]:
-                            sent = datetime.fromisoformat(at).timestamp() if at else now
-                            self.frames[run_id].append((int(seq), type_, now, sent))
-        except Exception as exc:  # counted and reported, never hidden
-            self.errors.append(f"{run_id}: {type(exc).__name__}: {exc}")
-            self.connected.set()
-
-    async def _main(self) -> None:
-        opened: list = []
-        await asyncio.gather(*(self._watch(r, self.bases[n % len(self.bases)], opened)
-                               for n, r in enumerate(self.run_ids)))
+    def _read(self) -> None:
+        assert self.child is not None and self.child.stdout is not None
+        for line in self.child.stdout:
+            said = json.loads(line)
+            if "frame" in said:
+                run_id, at = said["frame"], said["at"]
+                self.log[run_id].append((at, said["kind"], said["seqs"]))
+                self.frames[run_id] += [(seq, type_, at, sent) for seq, type_, sent in said["events"]]
+            elif "opened" in said:
+                self.opened_at[said["opened"]] = said["at"]
+            elif "error" in said:
+                self.errors.append(said["error"])
+            elif "connected" in said:
+                self.connected.set()
+        self.connected.set()  # the child is gone: whoever waits must not wait for it
 
     def __enter__(self) -> Watchers:
-        self.thread.start()
-        if not self.connected.wait(120):
+        self.child = subprocess.Popen([sys.executable, "-m", "bench.watchers"], cwd=ROOT, text=True,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self.child.stdin is not None
+        self.child.stdin.write(json.dumps({"bases": self.bases, "cookie": self.cookie, "run_ids": self.run_ids})
+                               + "\n")
+        self.child.stdin.flush()
+        self.reader.start()
+        if not self.connected.wait(120) or self.child.poll() is not None:
             raise RuntimeError("websocket clients did not connect")
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join(30)
+        assert self.child is not None and self.child.stdin is not None
+        self.child.stdin.close()  # the child stops its clients and exits
+        try:
+            self.child.wait(30)
+        except subprocess.TimeoutExpired:
+            self.child.kill()
+        self.reader.join(30)
 
 
 # --- the phases ------------------------------------------------------------------------------------------
