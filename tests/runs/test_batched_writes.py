@@ -7,8 +7,10 @@ tests/runs/test_budgets.py.)"""
 
 from __future__ import annotations
 
+import threading
+
 import pytest
-from django.db import connection
+from django.db import connection, transaction
 from django.utils import timezone
 
 from apps.accounts.actors import member_actor
@@ -18,6 +20,7 @@ from apps.runs import decisions, services
 from apps.runs import worker as run_worker
 from apps.runs.engine import tools as engine_tools
 from apps.runs.models import Run, RunEvent, RunStep, ToolCall
+from apps.runs.store.run_store import RunStore
 from tests.runs.conftest import LOOK_UP
 
 # Real transactions: the rolled-back step must be rolled back for good, as on a worker.
@@ -146,3 +149,40 @@ def test_a_write_leaves_only_once_its_dispatched_is_committed(desk, monkeypatch)
     assert run.status == "succeeded", run.error
     assert [s for s in seen if s[0] == "refund_order"] == [("refund_order", False, "dispatched")]
     assert len(desk.refunds()) == 1
+
+
+def test_a_decision_that_holds_the_run_while_it_is_parked_is_seen_and_the_run_goes_on(desk, approver, monkeypatch):
+    """A step held the refund and is about to park the run; a person's decision lands just then and holds the run
+    row (as every decision does) until it commits. The park waits for that lock, and what it counts as pending
+    must be read after it: counted from before (one statement, or one snapshot, for the lock and the counts) the
+    run would wait for a decision already made, with nobody left to resume it."""
+    original_wait = RunStore.wait
+    locked, seen = threading.Event(), []
+
+    def person_decides_meanwhile(store, reason):
+        held = ToolCall.objects.get(run_id=store.run_id, state="held")
+
+        def decide():
+            with transaction.atomic():
+                Run.objects.select_for_update().get(id=store.run_id)
+                locked.set()
+                threading.Event().wait(0.5)  # the park's lock waits for this transaction
+                decisions.decide_approval(actor=member_actor(approver), approval_id=held.approval_id,
+                                          decision="approve")
+            connection.close()
+
+        person = threading.Thread(target=decide)
+        person.start()
+        assert locked.wait(10)
+        seen.append(original_wait(store, reason))
+        person.join(10)
+        return seen[-1]
+
+    monkeypatch.setattr(RunStore, "wait", person_decides_meanwhile)
+    run = services.start_run(actor=desk.actor, crew_id=desk.refund_desk().id, inputs=A1001, enqueue=False)
+    run = run_worker.drive_run(run_id=run.id)
+
+    assert seen == [False]  # nothing was pending once the park had the lock: the run went on
+    assert run.status == "succeeded", run.error
+    assert len(desk.refunds()) == 1  # the approved refund ran, once
+    assert not RunEvent.objects.filter(run=run, type="run.waiting").exists()

@@ -7,7 +7,7 @@ import functools
 from django.db import connection
 
 from apps.agents.models import LlmConnection
-from apps.approvals.models import ApprovalRequest
+from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.core.rows import Columns, Inserts, Update
 from apps.costs.models import UsageRecord
 from apps.registry.models import McpServer, Tool
@@ -83,6 +83,29 @@ def run_lock_read() -> str:
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""  # SQLite: one writer at a time
     return (f"SELECT (SELECT max(s.position) FROM {steps} s WHERE s.run_id = r.id) FROM {runs} r "  # noqa: S608
             f"WHERE r.id = %s{lock}")
+
+
+# A run parked for people (RunStore.wait): the run row's lock, then what is pending, as two statements sent together.
+@functools.cache
+def park_lock_read() -> tuple[Columns, str]:
+    run = Columns(Run, ["lease_owner", "state"], "r")
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    return run, f"SELECT {run.sql} FROM {run.table} r WHERE r.id = %s{lock}"  # noqa: S608 (column names only)
+
+
+@functools.cache
+def pending_read() -> str:
+    """The run's pending approval requests and its calls whose outcome is unknown: (requests, calls)."""
+    quote = connection.ops.quote_name
+    return (f"SELECT (SELECT count(*) FROM {quote(ApprovalRequest._meta.db_table)} "  # noqa: S608
+            f"WHERE run_id = %s AND status = '{ApprovalStatus.PENDING}'), "
+            f"(SELECT count(*) FROM {quote(ToolCall._meta.db_table)} WHERE run_id = %s "
+            f"AND state = '{CallState.UNKNOWN}')")
+
+
+@functools.cache
+def park_update() -> Update:
+    return Update(Run, ["status", "lease_owner", "lease_expires_at", "state", "updated_at"], ["id", "lease_owner"])
 
 
 @functools.cache

@@ -26,7 +26,6 @@ from pydantic_ai.messages import ModelMessage, ModelResponse
 
 from apps.agents.models import LlmConnection
 from apps.agents.providers import ConnectionSpec
-from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.audit.org_secrets import redact_outside
 from apps.core.db import NothingUpdated, end_transaction, pipeline, send_expected
 from apps.core.rows import fetch, fetch_together
@@ -42,7 +41,7 @@ from apps.runs.engine.errors import LeaseLost
 from apps.runs.lease import LeaseHeartbeat, lease_seconds
 from apps.runs.ledger import Totals, publish_status, send_events
 from apps.runs.messages import as_dumped, dump_messages, ledger_texts_read, load_messages, turn_messages, write_messages
-from apps.runs.models import CallState, Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
+from apps.runs.models import Run, RunEvent, RunStatus, RunStep, StepKind, ToolCall
 from apps.runs.store.calls import ToolCalls
 from apps.runs.store.notices import EVERYTHING, ChangeNotices, Changes
 from apps.runs.store.reads import (
@@ -51,6 +50,9 @@ from apps.runs.store.reads import (
     hand_back_update,
     last_calls_read,
     messages_read,
+    park_lock_read,
+    park_update,
+    pending_read,
     run_lock_read,
     run_read,
     step_inserts,
@@ -367,21 +369,38 @@ class RunStore(ToolCalls):
 
     def wait(self, reason: str) -> bool:
         """Parks the run until people decide. Returns False (and stays running) when nothing is pending
-        any more: a decision landed while this step ran."""
+        any more: a decision landed while this step ran.
+
+        After BEGIN, two round trips where the ORM made five (and read the whole run, snapshot and all): the run
+        row's lock and what is pending, sent together; then the park, its event and the COMMIT. What is pending
+        is a statement of its own, after the lock's: a decision holds the same lock until it commits, and read
+        in the lock's statement (whose snapshot is taken before it waits) the counts would miss that decision and
+        park a run nobody is left to resume."""
         with self.atomic():
-            run = Run.objects.select_for_update().get(id=self.run_id)
-            if self.lease_owner and run.lease_owner != self.lease_owner:
+            run_id = Run._meta.pk.get_db_prep_value(self.run_id, connection)
+            columns, lock = park_lock_read()
+            locked, counts = fetch_together([(lock, [run_id]), (pending_read(), [run_id, run_id])])
+            if not locked:
+                raise Run.DoesNotExist(f"No run {self.run_id}.")
+            owner, state = columns.values(locked[0])
+            if self.lease_owner and owner != self.lease_owner:
                 raise LeaseLost(self.run_id)
-            pending = ApprovalRequest.objects.filter(run_id=run.id, status=ApprovalStatus.PENDING).count()
-            unknown = ToolCall.objects.filter(run_id=run.id, state=CallState.UNKNOWN).count()
+            pending, unknown = counts[0]
             if not pending and not unknown:
                 return False
+            run = self.run
             run.status, run.lease_owner, run.lease_expires_at = RunStatus.WAITING, "", None
-            run.state = {**run.state, "waiting_since": timezone.now().isoformat()}
-            run.save(update_fields=["status", "lease_owner", "lease_expires_at", "state", "updated_at"])
+            run.state = {**state, "waiting_since": timezone.now().isoformat()}
+
+            def park() -> None:
+                update = park_update()
+                send_expected(update.sql, update.params(
+                    {"status": run.status, "lease_owner": "", "lease_expires_at": None, "state": run.state,
+                     "updated_at": timezone.now()}, {"id": self.run_id, "lease_owner": owner}))
+
+            self._deferred.append(park)  # written with the event, in the batch with the COMMIT
             self.event("run.waiting", reason=reason, approvals=pending, unknown=unknown)
             publish_status(run)
-        self.run = run
         return True
 
     def release(self) -> None:
