@@ -31,8 +31,9 @@ def open_request(*, org_id: UUID | str, run_id: UUID | str | None, tool_call_id:
                  args_hash: str, definition_hash: str, risk: str, reason: str, rule: str,
                  context: dict[str, Any], expires_at: datetime | None, requested_by_user_id: int | None,
                  required_approvals: int = 1, kind: str = ApprovalKind.TOOL_CALL,
-                 separation_of_duties: bool = False) -> ApprovalRequest:
-    """A pending request in the inbox. Publishes the new inbox count after commit."""
+                 separation_of_duties: bool = False, tool_name: str | None = None) -> ApprovalRequest:
+    """A pending request in the inbox. Publishes the new inbox count after commit. `tool_name`: the tool's
+    qualified name, when the caller has it (else the notification reads the tool for it)."""
     request = ApprovalRequest.objects.create(
         org_id=org_id, kind=kind, run_id=run_id, tool_call_id=tool_call_id, agent_id=agent_id, tool_id=tool_id,
         title=title[:300], arguments=arguments, args_hash=args_hash, definition_hash=definition_hash, risk=risk,
@@ -41,7 +42,7 @@ def open_request(*, org_id: UUID | str, run_id: UUID | str | None, tool_call_id:
         separation_of_duties=separation_of_duties)
     publish_inbox_count(org_id=org_id)
     publish_item(request)
-    notify(org_id=org_id, event="approval.requested", payload=notification_payload(request))
+    notify(org_id=org_id, event="approval.requested", payload=notification_payload(request, tool_name=tool_name))
     return request
 
 
@@ -51,10 +52,10 @@ def publish_item(request: ApprovalRequest) -> None:
                          status=request.status, by=request.decided_by_label)
 
 
-def notification_payload(request: ApprovalRequest) -> dict[str, Any]:
+def notification_payload(request: ApprovalRequest, *, tool_name: str | None = None) -> dict[str, Any]:
     return {"approval_id": str(request.id), "kind": request.kind, "status": request.status, "title": request.title,
             "run_id": str(request.run_id) if request.run_id else None, "risk": request.risk, "reason": request.reason,
-            "tool": request.tool.qualified_name if request.tool_id and request.tool else None,
+            "tool": tool_name or (request.tool.qualified_name if request.tool_id and request.tool else None),
             "decided_by": request.decided_by_label, "comment": request.comment,
             "expires_at": request.expires_at.isoformat() if request.expires_at else None,
             **({"ask": request.context.get("ask") or "approvers"} if request.kind == ApprovalKind.QUESTION else {})}

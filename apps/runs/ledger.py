@@ -311,8 +311,8 @@ def hold_call(run: Run, row: ToolCall, *, emit: Emit, rule: str, reason: str, to
                      "server": (tool or {}).get("server", ""), "trust_tier": (tool or {}).get("trust_tier", ""),
                      "description": (tool or {}).get("description", ""), "tainted": run.tainted},
             expires_at=timezone.now() + ttl, requested_by_user_id=run.started_by_id,
-            required_approvals=required_approvals,
-            separation_of_duties=bool(crew.get("separation_of_duties")))
+            required_approvals=required_approvals, separation_of_duties=bool(crew.get("separation_of_duties")),
+            tool_name=(tool or {}).get("qualified_name"))
         move_call(run, row, expect=CallState.PROPOSED, emit=emit, state=CallState.HELD, decision="hold", rule=rule,
                   reason=reason, approval=request, decided_at=timezone.now(), event="tool.decided",
                   event_data={"decision": "hold", "state": "held", "rule": rule, "reason": reason})

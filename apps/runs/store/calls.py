@@ -179,6 +179,9 @@ class ToolCalls:
                                        required_approvals=required_approvals)
             if row.state == CallState.HELD:
                 self._count_decided(row, expect=CallState.PROPOSED)
+        # As it was just written: the step then asks whether it is decided already (`approval`), and a decision
+        # that lands meanwhile is seen by the park's count after the run's lock (RunStore.wait) and the next step.
+        self._live[f"approval:{request.id}"] = request
         tracing.record("tool.held", start=request.created_at, end=request.created_at, tool=row.qualified_name,
                        rule=rule, tool_call_id=row.id, approval_id=request.id)
         return request
