@@ -185,13 +185,17 @@ class Ours:
         dispatched = ToolCall.objects.values_list("dispatched_at", flat=True).get(run_id=run.id)
         decided = ApprovalRequest.objects.values_list("decided_at", flat=True).get(id=approval_id)
         claimed = RunEvent.objects.values_list("at", flat=True).get(run_id=run.id, type="run.resumed")
+        # the held run's first task, in the worker: from its claim to its park (the model call, the hold, the park)
+        began, parked = (RunEvent.objects.values_list("at", flat=True).get(run_id=run.id, type=kind)
+                         for kind in ("run.started", "run.waiting"))
 
         def since(at) -> float:
             return (at.timestamp() - started) * 1000
 
         # where the time goes: the vote written (before the commit), the worker's claim, `dispatched` committed
         return {"ms": (stamp - started) * 1000, "answer_ms": (answered - started) * 1000,
-                "decided_ms": since(decided), "claimed_ms": since(claimed), "dispatched_ms": since(dispatched)}
+                "decided_ms": since(decided), "claimed_ms": since(claimed), "dispatched_ms": since(dispatched),
+                "parked_ms": (parked - began).total_seconds() * 1000}
 
 
 # --- theirs ----------------------------------------------------------------------------------------------
@@ -346,7 +350,9 @@ def table(report: dict) -> str:
                  ("the vote written (the web process, before its commit)", "decided_ms"),
                  ("the worker's claim (after the commit and the broker hop)", "claimed_ms"),
                  ("`dispatched` stamped (then the MCP hop to the tool)", "dispatched_ms"))),
-             row("floor: decision commit, broker hop, claim + dispatched", report["floor"])]
+             row("floor: decision commit, broker hop, claim + dispatched", report["floor"]),
+             row("info: before it, the held run's task from its claim to its park", [x["parked_ms"]
+                                                                                     for x in report["ours"]])]
     if report.get("theirs"):
         lines.append(row("LangGraph's server (langgraph dev): resume -> tool's stamp",
                          [x["ms"] for x in report["theirs"]]))
