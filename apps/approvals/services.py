@@ -20,10 +20,11 @@ from apps.accounts.actors import Actor
 from apps.approvals import selectors, standing
 from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus, ApprovalVote, VoteDecision
 from apps.audit import services as audit
+from apps.core.db import pipeline
 from apps.core.errors import Conflict, PermissionDenied, ValidationFailed
 from apps.core.realtime import org_group, publish_after_commit
 from apps.core.rows import Columns, Inserts, Update, cache_related, fetch
-from apps.notifications.services import Channels, notify
+from apps.notifications.services import Channels, channels_from, channels_statement, notify
 
 
 def open_request(*, org_id: UUID | str, run_id: UUID | str | None, tool_call_id: UUID | str | None,
@@ -31,19 +32,42 @@ def open_request(*, org_id: UUID | str, run_id: UUID | str | None, tool_call_id:
                  args_hash: str, definition_hash: str, risk: str, reason: str, rule: str,
                  context: dict[str, Any], expires_at: datetime | None, requested_by_user_id: int | None,
                  required_approvals: int = 1, kind: str = ApprovalKind.TOOL_CALL,
-                 separation_of_duties: bool = False, tool_name: str | None = None) -> ApprovalRequest:
+                 separation_of_duties: bool = False, tool_name: str | None = None,
+                 batch: bool = False) -> ApprovalRequest:
     """A pending request in the inbox. Publishes the new inbox count after commit. `tool_name`: the tool's
-    qualified name, when the caller has it (else the notification reads the tool for it)."""
-    request = ApprovalRequest.objects.create(
+    qualified name, when the caller has it (else the notification reads the tool for it). `batch`: the INSERT
+    goes out with the read of the organisation's channels that `notify` needs next, one round trip for both
+    (apps.core.db.pipeline), for a caller whose own writes go in its transaction's last batch (the run engine's
+    store)."""
+    request = ApprovalRequest(
         org_id=org_id, kind=kind, run_id=run_id, tool_call_id=tool_call_id, agent_id=agent_id, tool_id=tool_id,
         title=title[:300], arguments=arguments, args_hash=args_hash, definition_hash=definition_hash, risk=risk,
         reason=reason[:500], rule=rule[:40], context=context, expires_at=expires_at,
         requested_by_user_id=requested_by_user_id, required_approvals=max(1, required_approvals),
         separation_of_duties=separation_of_duties)
+    heard = None
+    if batch:
+        heard = _insert_hearing_channels(request)
+    else:
+        request.save(force_insert=True)
     publish_inbox_count(org_id=org_id)
     publish_item(request)
-    notify(org_id=org_id, event="approval.requested", payload=notification_payload(request, tool_name=tool_name))
+    notify(org_id=org_id, event="approval.requested", payload=notification_payload(request, tool_name=tool_name),
+           heard=heard)
     return request
+
+
+def _insert_hearing_channels(request: ApprovalRequest) -> Channels:
+    sql, params = channels_statement(request.org_id)
+    with pipeline():
+        _request_inserts().send([request])
+        found = fetch(sql, params)  # waits for both answers
+    return channels_from(found)
+
+
+@functools.cache
+def _request_inserts() -> Inserts:
+    return Inserts(ApprovalRequest)
 
 
 def publish_item(request: ApprovalRequest) -> None:

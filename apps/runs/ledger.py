@@ -297,28 +297,49 @@ def complete_call(run: Run | CallRun, row: ToolCall, *, emit: Emit, state: str, 
 def hold_call(run: Run, row: ToolCall, *, emit: Emit, rule: str, reason: str, tool: dict[str, Any] | None,
               turn: RunStep, required_approvals: int = 1) -> ApprovalRequest:
     """`proposed -> held` and an approval request in the inbox, in one transaction."""
+    with transaction.atomic(savepoint=False):
+        request = hold_request(run, row, rule=rule, reason=reason, tool=tool, turn=turn,
+                               required_approvals=required_approvals)
+        fields, event_data = hold_fields(request, rule=rule, reason=reason)
+        move_call(run, row, expect=CallState.PROPOSED, emit=emit, event="tool.decided", event_data=event_data,
+                  **fields)
+        requested(row, request, reason=reason, emit=emit)
+    return request
+
+
+def hold_request(run: Run, row: ToolCall, *, rule: str, reason: str, tool: dict[str, Any] | None, turn: RunStep,
+                 required_approvals: int = 1, batch: bool = False) -> ApprovalRequest:
+    """The approval request a held call waits on, in the caller's transaction (`batch`: see
+    `approvals.open_request`). The crew's rules for its requests apply: their time to live, at least its number of
+    approvals, the separation of duties."""
     crew = run.snapshot.get("crew", {})
     ttl = timedelta(hours=crew["approval_ttl_hours"]) if crew.get("approval_ttl_hours") else APPROVAL_TTL
-    required_approvals = max(required_approvals, int(crew.get("approvals_required") or 1))
-    with transaction.atomic(savepoint=False):
-        request = approvals.open_request(
-            org_id=run.org_id, run_id=run.id, tool_call_id=row.id, agent_id=turn.agent_id,
-            tool_id=(tool or {}).get("id"), title=f"{row.qualified_name} by {turn.agent_name}",
-            arguments=row.arguments, args_hash=row.args_hash, definition_hash=row.definition_hash,
-            risk=(tool or {}).get("risk", ""), reason=reason, rule=rule,
-            context={"task": turn.task, "agent": turn.agent_name, "crew": run.crew_name,
-                     "crew_id": str(run.crew_id) if run.crew_id else None,
-                     "server": (tool or {}).get("server", ""), "trust_tier": (tool or {}).get("trust_tier", ""),
-                     "description": (tool or {}).get("description", ""), "tainted": run.tainted},
-            expires_at=timezone.now() + ttl, requested_by_user_id=run.started_by_id,
-            required_approvals=required_approvals, separation_of_duties=bool(crew.get("separation_of_duties")),
-            tool_name=(tool or {}).get("qualified_name"))
-        move_call(run, row, expect=CallState.PROPOSED, emit=emit, state=CallState.HELD, decision="hold", rule=rule,
-                  reason=reason, approval=request, decided_at=timezone.now(), event="tool.decided",
-                  event_data={"decision": "hold", "state": "held", "rule": rule, "reason": reason})
-        emit("approval.requested", approval_id=str(request.id), tool_call_id=str(row.id), tool=row.qualified_name,
-             reason=reason)
-    return request
+    return approvals.open_request(
+        org_id=run.org_id, run_id=run.id, tool_call_id=row.id, agent_id=turn.agent_id,
+        tool_id=(tool or {}).get("id"), title=f"{row.qualified_name} by {turn.agent_name}",
+        arguments=row.arguments, args_hash=row.args_hash, definition_hash=row.definition_hash,
+        risk=(tool or {}).get("risk", ""), reason=reason, rule=rule,
+        context={"task": turn.task, "agent": turn.agent_name, "crew": run.crew_name,
+                 "crew_id": str(run.crew_id) if run.crew_id else None,
+                 "server": (tool or {}).get("server", ""), "trust_tier": (tool or {}).get("trust_tier", ""),
+                 "description": (tool or {}).get("description", ""), "tainted": run.tainted},
+        expires_at=timezone.now() + ttl, requested_by_user_id=run.started_by_id,
+        required_approvals=max(required_approvals, int(crew.get("approvals_required") or 1)),
+        separation_of_duties=bool(crew.get("separation_of_duties")), tool_name=(tool or {}).get("qualified_name"),
+        batch=batch)
+
+
+def hold_fields(request: ApprovalRequest, *, rule: str, reason: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`proposed -> held` on `request`: the row's fields and the `tool.decided` event's data."""
+    return (dict(state=CallState.HELD, decision="hold", rule=rule, reason=reason, approval=request,
+                 decided_at=timezone.now()),
+            {"decision": "hold", "state": "held", "rule": rule, "reason": reason})
+
+
+def requested(row: ToolCall, request: ApprovalRequest, *, reason: str, emit: Emit) -> None:
+    """The run's `approval.requested` event, after the call's `tool.decided`."""
+    emit("approval.requested", approval_id=str(request.id), tool_call_id=str(row.id), tool=row.qualified_name,
+         reason=reason)
 
 
 def approval_outcome(row: ToolCall, request: ApprovalRequest | None) -> Decided | None:

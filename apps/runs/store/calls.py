@@ -173,12 +173,19 @@ class ToolCalls:
 
     def hold_call(self, row: ToolCall, *, rule: str, reason: str, tool: dict[str, Any] | None, turn: RunStep,
                   required_approvals: int = 1) -> ApprovalRequest:
-        """`proposed -> held` and an approval request, in one transaction."""
+        """`proposed -> held` and an approval request, in one transaction of three round trips where it made five:
+        BEGIN; what the store deferred, then the request's INSERT with the read of who hears of it; the row's move
+        with the step's events and the COMMIT. The move is the batch's expected update: a row no longer `proposed`
+        was moved by another worker that took the run over (only the run's engine moves it), and the batch rolls
+        back (LeaseLost)."""
         with self.atomic():
-            request = ledger.hold_call(self.run, row, emit=self.event, rule=rule, reason=reason, tool=tool, turn=turn,
-                                       required_approvals=required_approvals)
-            if row.state == CallState.HELD:
-                self._count_decided(row, expect=CallState.PROPOSED)
+            request = ledger.hold_request(self.run, row, rule=rule, reason=reason, tool=tool, turn=turn,
+                                          required_approvals=required_approvals, batch=True)
+            fields, event_data = ledger.hold_fields(request, rule=rule, reason=reason)
+            self._deferred.append(lambda: ledger.send_move(row, expect=CallState.PROPOSED, fields=fields))
+            ledger.applied(self.run, row, fields=fields, emit=self.event, event="tool.decided", event_data=event_data)
+            ledger.requested(row, request, reason=reason, emit=self.event)
+            self._count_decided(row, expect=CallState.PROPOSED)
         # As it was just written: the step then asks whether it is decided already (`approval`), and a decision
         # that lands meanwhile is seen by the park's count after the run's lock (RunStore.wait) and the next step.
         self._live[f"approval:{request.id}"] = request
