@@ -104,11 +104,6 @@ def pending_read() -> str:
 
 
 @functools.cache
-def park_update() -> Update:
-    return Update(Run, ["status", "lease_owner", "lease_expires_at", "state", "updated_at"], ["id", "lease_owner"])
-
-
-@functools.cache
 def cursor_update(fields: tuple[str, ...]) -> Update:
     return Update(Run, [*fields, "updated_at"], ["id", "lease_owner"])
 

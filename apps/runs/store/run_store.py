@@ -51,7 +51,6 @@ from apps.runs.store.reads import (
     last_calls_read,
     messages_read,
     park_lock_read,
-    park_update,
     pending_read,
     run_lock_read,
     run_read,
@@ -393,7 +392,7 @@ class RunStore(ToolCalls):
             run.state = {**state, "waiting_since": timezone.now().isoformat()}
 
             def park() -> None:
-                update = park_update()
+                update = cursor_update(("status", "lease_owner", "lease_expires_at", "state"))
                 send_expected(update.sql, update.params(
                     {"status": run.status, "lease_owner": "", "lease_expires_at": None, "state": run.state,
                      "updated_at": timezone.now()}, {"id": self.run_id, "lease_owner": owner}))
