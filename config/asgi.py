@@ -1,12 +1,15 @@
 """ASGI entry point: HTTP through Django, websockets through Channels (authenticated, origin-checked)."""
 
 import os
+import sys
 
 from django.conf import settings
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 if not settings.configured:  # this process serves ASGI (not a test process importing the app)
     os.environ.setdefault("AIRLOCK_DB_POOL", "1")  # Postgres connections from a pool, not one per thread
+    # The event loop gets the GIL back sooner from the threads running views and renders (config/settings.py).
+    sys.setswitchinterval(settings.AIRLOCK_WEB_SWITCH_INTERVAL_MS / 1000)
 
 from apps.core import tracing
 from apps.core.handler import get_asgi_application  # Django's, with the chain and the view in one thread trip

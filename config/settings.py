@@ -229,6 +229,25 @@ if DATABASE_URL:
             "min_size": 1, "max_size": int(os.environ.get("AIRLOCK_DB_POOL_SIZE", "20")), "timeout": 30}
 else:
     DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "airlock.sqlite3"}}
+
+
+def _switch_interval_ms() -> float:
+    raw = os.environ.get("AIRLOCK_WEB_SWITCH_INTERVAL_MS", "1")
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 100:
+        raise RuntimeError(f"AIRLOCK_WEB_SWITCH_INTERVAL_MS must be a number of milliseconds above 0 and at most "
+                           f"100, not {raw!r} (see docs/operations.md: Configuration).")
+    return value
+
+
+# How long a thread of a web process runs Python before another that waits is let in (Python's switch interval,
+# 5 ms by default). The event loop that answers every socket and request waits for that turn behind the threads
+# running views and page renders: at 1 ms, decisions under bench/load.py's storm answered sooner (p95 median
+# 273 against 350 ms, seven and nine runs in turn) for the same CPU. config/asgi.py applies it when serving.
+AIRLOCK_WEB_SWITCH_INTERVAL_MS = _switch_interval_ms()
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # A web process and a worker write at once: WAL + IMMEDIATE transactions + a busy
     # timeout gave zero "database is locked" errors in a 2-writer stress here.

@@ -55,6 +55,28 @@ def test_production_refuses_to_start_without_a_secret_key():
     assert "SECRET_KEY must be set" in result.stderr
 
 
+@pytest.mark.parametrize("value", ["fast", "0"])
+def test_a_switch_interval_that_is_not_a_number_of_milliseconds_stops_the_start_and_says_so(value):
+    result = run_manage("check", env={**PRODUCTION_ENV, "AIRLOCK_WEB_SWITCH_INTERVAL_MS": value})
+    assert result.returncode != 0
+    assert f"AIRLOCK_WEB_SWITCH_INTERVAL_MS must be a number of milliseconds above 0 and at most 100, not {value!r}" \
+        in result.stderr
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, 0.001), ("2.5", 0.0025)])
+def test_a_web_process_lets_its_event_loop_in_at_the_configured_switch_interval(value, expected):
+    """What `uvicorn config.asgi:application` loads; a test process importing the app keeps Python's own."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRLOCK_", "DJANGO_", "DEBUG", "SECRET_KEY"))}
+    env = {**base, **PRODUCTION_ENV, **({"AIRLOCK_WEB_SWITCH_INTERVAL_MS": value} if value else {})}
+    result = subprocess.run([sys.executable, "-c", "import sys, config.asgi; print(sys.getswitchinterval())"],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert float(result.stdout.strip().splitlines()[-1]) == pytest.approx(expected)
+    import config.asgi  # noqa: F401  (the tests' own import of the app)
+
+    assert sys.getswitchinterval() == pytest.approx(0.005)
+
+
 def _setting(name: str, env: dict[str, str]) -> str:
     result = run_manage("shell", "-c", f"from django.conf import settings; print(settings.{name})", env=env)
     assert result.returncode == 0, result.stderr
