@@ -30,9 +30,13 @@ TASK_SECONDS = 30.0
 
 
 def advance(store: Store, *, max_steps: int = STEPS_PER_TASK, max_seconds: float = TASK_SECONDS) -> str:
+    """`max_steps` steps of the claimed run at most; what happened. Nothing the store deferred stays behind when the
+    task ends: it is written here, or, when the run goes on ("continue"), by the caller's `store.release()`, with the
+    hand-back in the same round trip (a resume's task ended with two commits, one after the other, for those)."""
     outcome = _advance(store, started=time.monotonic(), max_steps=max_steps, max_seconds=max_seconds)
     second_opinion.settle(store)  # no verdict is left pending in this process when the task ends
-    store.flush()  # nothing the store deferred stays behind when the task ends
+    if outcome != "continue":
+        store.flush()
     return outcome
 
 
