@@ -229,7 +229,17 @@ if DATABASE_URL:
             "min_size": 1, "max_size": int(os.environ.get("AIRLOCK_DB_POOL_SIZE", "20")), "timeout": 30}
 else:
     DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "airlock.sqlite3"}}
+if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # A web process and a worker write at once: WAL + IMMEDIATE transactions + a busy
+    # timeout gave zero "database is locked" errors in a 2-writer stress here.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"]["OPTIONS"] = {
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000",
+        "transaction_mode": "IMMEDIATE",
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# --- web processes ---------------------------------------------------------------------------
 
 def _switch_interval_ms() -> float:
     raw = os.environ.get("AIRLOCK_WEB_SWITCH_INTERVAL_MS", "1")
@@ -248,15 +258,6 @@ def _switch_interval_ms() -> float:
 # running views and page renders: at 1 ms, decisions under bench/load.py's storm answered sooner (p95 median
 # 273 against 350 ms, seven and nine runs in turn) for the same CPU. config/asgi.py applies it when serving.
 AIRLOCK_WEB_SWITCH_INTERVAL_MS = _switch_interval_ms()
-if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-    # A web process and a worker write at once: WAL + IMMEDIATE transactions + a busy
-    # timeout gave zero "database is locked" errors in a 2-writer stress here.
-    DATABASES["default"]["CONN_MAX_AGE"] = 0
-    DATABASES["default"]["OPTIONS"] = {
-        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=5000",
-        "transaction_mode": "IMMEDIATE",
-    }
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: Celery broker and channel layer --------------------------------------------------
 REDIS_URL = os.environ.get("REDIS_URL", "")

@@ -29,9 +29,14 @@ PRODUCTION_ENV = {
 }
 
 
-def run_manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+def clean_env(env: dict[str, str]) -> dict[str, str]:
+    """This process's environment without its Airlock and Django settings, then `env`."""
     base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRLOCK_", "DJANGO_", "DEBUG", "SECRET_KEY"))}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env={**base, **env},
+    return {**base, **env}
+
+
+def run_manage(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=clean_env(env),
                           capture_output=True, text=True, timeout=120)
 
 
@@ -66,8 +71,7 @@ def test_a_switch_interval_that_is_not_a_number_of_milliseconds_stops_the_start_
 @pytest.mark.parametrize(("value", "expected"), [(None, 0.001), ("2.5", 0.0025)])
 def test_a_web_process_lets_its_event_loop_in_at_the_configured_switch_interval(value, expected):
     """What `uvicorn config.asgi:application` loads; a test process importing the app keeps Python's own."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRLOCK_", "DJANGO_", "DEBUG", "SECRET_KEY"))}
-    env = {**base, **PRODUCTION_ENV, **({"AIRLOCK_WEB_SWITCH_INTERVAL_MS": value} if value else {})}
+    env = clean_env({**PRODUCTION_ENV, **({"AIRLOCK_WEB_SWITCH_INTERVAL_MS": value} if value else {})})
     result = subprocess.run([sys.executable, "-c", "import sys, config.asgi; print(sys.getswitchinterval())"],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
@@ -265,9 +269,8 @@ def _production_server(var_dir: Path, log: Path):
     from tests.processes import free_port, stop, test_database_url, wait_for_port
 
     port = free_port()
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("AIRLOCK_", "DJANGO_", "DEBUG", "SECRET_KEY"))}
-    env = {**base, **PRODUCTION_ENV, "AIRLOCK_VAR_DIR": str(var_dir), "DATABASE_URL": test_database_url(),
-           "PYTHONUNBUFFERED": "1"}
+    env = clean_env({**PRODUCTION_ENV, "AIRLOCK_VAR_DIR": str(var_dir), "DATABASE_URL": test_database_url(),
+                     "PYTHONUNBUFFERED": "1"})
     with log.open("w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "config.asgi:application", "--host", "127.0.0.1",
                                  "--port", str(port), "--proxy-headers"],
