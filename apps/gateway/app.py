@@ -56,7 +56,8 @@ class EraRouter:
     (a progress token, a log level, `subscriptions/listen`) go to the SSE manager; other 2026-07-28 requests
     to a JSON-response one, which answers in the request's own task (about 40% less time per
     call here than committing the SSE machinery for a response that never streams). A
-    `tools/call` over its key's rate is answered here, HTTP 429 (`Gateway.rate_refusal`)."""
+    `tools/call` over its key's rate is answered here, HTTP 429, and a key answered from memory that no
+    longer stands, HTTP 401, when the request may act (`Gateway.admission`)."""
 
     def __init__(self, sse: StreamableHTTPSessionManager, plain: StreamableHTTPSessionManager, limit: int,
                  gateway: Gateway) -> None:
@@ -70,8 +71,8 @@ class EraRouter:
         if body is None:
             return
         # Before the session managers: once the SSE one takes a request, its HTTP status is 200 whatever
-        # the answer, and a refused call must say 429 with Retry-After.
-        refusal = await self.gateway.rate_refusal(scope, body)
+        # the answer, and a refused call must say 429 with Retry-After (401 for a key that no longer stands).
+        refusal = await self.gateway.admission(scope, body)
         if refusal is not None:
             await refusal(scope, receive, send)
             return
@@ -153,7 +154,8 @@ def build_app() -> Starlette:
 
     async def healthz(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ok", "open_sessions": len(gateway._sessions),
-                             "listening": gateway._listening, "ledger_idle": gateway.writer.idle})
+                             "listening": gateway._listening, "keys_heard": gateway.heard_keys.listening,
+                             "ledger_idle": gateway.writer.idle})
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

@@ -10,19 +10,35 @@ The queries run on a few threads of their own that keep their database connectio
 (`CheckThreads`): a check is one round trip, not a pool checkout with its test query as well. On Postgres a
 gateway key's query is the ORM's, compiled once per process (`KeyStatement`); its plain twin, the selector
 that builds it on every call, checks everything else (OAuth access tokens) and serves SQLite.
+
+On Postgres a key found standing is then answered from memory (`HeardKeys`) for as long as the process hears,
+on a session of its own, every change that could end its standing: the triggers of migration gateway/0003
+notify on commit when a key's row or any membership changes. Before each answer from memory the session's
+socket is read (no round trip), so a revoke is refused from the first request after its notice arrived, well
+under a millisecond after its commit here: the window the engine's tool checks at dispatch already have
+(apps/runs/store/notices.py), where the query had the one between its answer and the call. A key is read again
+at least every `REREAD_S`, whatever was heard; a session that is lost, or cannot be opened (a transaction
+pooler: `AIRLOCK_CHANGE_NOTICES=0`), leaves every request to its query as before. The query was ~0.4 ms of the
+gateway's CPU per call and a thread hop and a round trip on the call's path (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
-from django.db import InterfaceError, OperationalError, connection
+import anyio.to_thread
+from django.conf import settings
+from django.db import InterfaceError, OperationalError, connection, connections
 
 from apps.gateway import selectors
+
+logger = logging.getLogger(__name__)
 
 Standing = TypeVar("Standing")
 
@@ -123,3 +139,113 @@ class KeyStatement:
                 raise RuntimeError(f"the key query binds {params!r}, expected only the key's hash")
             self._sql = sql
         return self._sql
+
+
+KEYS_CHANNEL = "airlock_gateway_keys"  # migration gateway/0003: a key's row or a membership changed
+REREAD_S = 10.0  # a key heard standing is read again at least this often (a session cut off without a word)
+KEPT_LIMIT = 10_000
+
+
+class Mark(NamedTuple):
+    """What had been heard when a key's query was about to be sent, and when."""
+
+    generation: int
+    at: float
+
+
+class HeardKeys(Generic[Standing]):
+    """Gateway keys found standing, answered from memory while this process hears every change that could end
+    their standing (see the module). Used from the event loop's thread only; the session is opened on another."""
+
+    def __init__(self) -> None:
+        self._raw: Any = None  # the psycopg connection that listens; None while not listening
+        self._generation = 0  # moves on every notice heard, and whenever listening starts or stops
+        self._kept: dict[str, tuple[Standing, Mark]] = {}  # the key's hash -> its standing, and when it was read
+
+    @property
+    def listening(self) -> bool:
+        return self._raw is not None
+
+    async def listen(self) -> bool:
+        """Opens the session and LISTENs. False where notices cannot be heard (SQLite, or turned off for a
+        transaction pooler); raises what connecting raises."""
+        if self._raw is not None:
+            return True
+        if connections["default"].vendor != "postgresql" or not getattr(settings, "AIRLOCK_CHANGE_NOTICES", True):
+            return False
+        self._raw = await anyio.to_thread.run_sync(_listening_session)
+        self._moved()
+        return True
+
+    def close(self) -> None:
+        raw, self._raw = self._raw, None
+        self._moved()
+        if raw is not None:
+            raw.close()
+
+    def get(self, raw: str) -> Standing | None:
+        """The key's standing as last read, while nothing heard since could have changed it; else None."""
+        mark = self.mark()
+        kept = self._kept.get(selectors.hash_key(raw)) if mark is not None and selectors.is_key_shaped(raw) else None
+        if kept is None or kept[1].generation != mark.generation or mark.at - kept[1].at > REREAD_S:
+            return None
+        return kept[0]
+
+    def mark(self) -> Mark | None:
+        """What has been heard up to now (None while not listening): take it before sending a key's query."""
+        return Mark(self._generation, time.monotonic()) if self.drain() else None
+
+    def keep(self, raw: str, standing: Standing, since: Mark | None) -> None:
+        """Keeps a standing read by a query sent after `since`, unless something was heard meanwhile: the
+        notice may be of a change that query did not see."""
+        now = self.mark()
+        if since is None or now is None or now.generation != since.generation or not selectors.is_key_shaped(raw):
+            return
+        if len(self._kept) >= KEPT_LIMIT:
+            self._kept.clear()
+        self._kept[selectors.hash_key(raw)] = (standing, since)
+
+    def drain(self) -> bool:
+        """Takes every notice that has reached the session's socket (libpq reads what is there without waiting;
+        no round trip). False when not listening, or when the session turns out lost (then it is closed)."""
+        raw = self._raw
+        if raw is None:
+            return False
+        try:
+            pgconn = raw.pgconn
+            pgconn.consume_input()  # raises once the server has closed the session
+            heard = False
+            while pgconn.notifies() is not None:
+                heard = True
+            if raw.broken or pgconn.status != _OK:
+                raise OperationalError("the session listening for key changes was closed")
+        except Exception:
+            logger.warning("gateway: stopped hearing key changes; every request's key is read until listening again",
+                           exc_info=logger.isEnabledFor(logging.DEBUG))
+            self.close()
+            return False
+        if heard:
+            self._moved()
+        return True
+
+    def _moved(self) -> None:
+        self._generation += 1
+        self._kept.clear()
+
+
+_OK = 0  # psycopg.pq.ConnStatus.OK, without importing psycopg where Postgres is not used
+
+
+def _listening_session() -> Any:
+    """A session of the gateway's own (not the pool's: a pooled connection goes to other work) that LISTENs on
+    KEYS_CHANNEL."""
+    import psycopg
+
+    params = {**connections["default"].get_connection_params(), "application_name": "airlock gateway keys"}
+    raw = psycopg.connect(**params, autocommit=True)
+    try:
+        raw.execute(f'LISTEN "{KEYS_CHANNEL}"')
+    except Exception:
+        raw.close()
+        raise
+    return raw

@@ -18,7 +18,8 @@ SDK's session manager routes them.
 
 Every request's key is checked against the database as it is now (`KeyBackend`: revoked, or its
 creator demoted or removed, is refused with the reason from the next request, open sessions
-included). What the endpoint keeps in memory (per process): each agent's view, re-read when a
+included; on Postgres, by a query or, for a key found standing, from the change notices this process
+hears: `keys.HeardKeys`). What the endpoint keeps in memory (per process): each agent's view, re-read when a
 change notice arrives from any process (`apps.gateway.changes`, over the channel layer; a changed
 view sends list-changed notices to its connected clients), with a slow safety-net re-read
 (`AIRLOCK_GATEWAY_VIEW_REFRESH_S`, every poll while notices cannot be heard), its servers' specs
@@ -69,7 +70,7 @@ from apps.core.metrics import GATEWAY_CALLS, observe_tool_call
 from apps.gateway import catalog, changes, ledger, ratelimit, selectors
 from apps.gateway.catalog import AgentView, GrantedTool
 from apps.gateway.downstream import LoopPool
-from apps.gateway.keys import CheckThreads, KeyChecks, KeyStatement
+from apps.gateway.keys import CheckThreads, HeardKeys, KeyChecks, KeyStatement
 from apps.gateway.ledger import CallRecord, GatewayActor, SessionRef
 from apps.gateway.relay import CallRelay, CallTrace, HostLevels, HostLink, PendingCall, wants_progress
 from apps.gateway.subscriptions import ResourceSubscriptions
@@ -87,7 +88,6 @@ from apps.runs.models import CallState
 logger = logging.getLogger(__name__)
 
 RATE_LIMITED = -32029  # JSON-RPC server error: the key's calls per minute are spent (HTTP 429 where possible)
-RATE_COUNTED = "airlock.rate_counted"  # scope key: this request's call was counted before the SDK saw it
 CHANGE_DEBOUNCE_S = 0.05  # changes arriving together are re-read together
 HOLD_POLL_S = 0.5
 CONTENT_CAP_BYTES = 512 * 1024  # a result bigger than this (images included) is replaced by its capped text
@@ -124,24 +124,36 @@ def rate_limited(identity: Identity, wait: float) -> MCPError:
                     data={"retry_after_s": int(wait), "limit_per_minute": identity.rate_limit_per_minute})
 
 
-_NOT_A_CALL = object()
+RATE_COUNTED = "airlock.rate_counted"  # scope key: this request's call was counted before the SDK saw it
+KEY_HEARD = "airlock.key_heard"  # scope key: this request's key was answered from memory (`keys.HeardKeys`)
+_UNCLEAR = object()  # a body that may carry a call but not as one plain message (a batch)
 
 
-def _tool_call_id(body: bytes) -> Any:
-    """The JSON-RPC id of a single `tools/call` request, else `_NOT_A_CALL` (so too for a 2026-07-28 host's next
-    leg of a call that asked it something: the call was counted once, at its first leg)."""
+def _call_message(body: bytes) -> Any:
+    """The message of a single `tools/call` request; None when the body is no such request; `_UNCLEAR` when it is
+    not one JSON object but may hold a call."""
     if b"tools/call" not in body and b"\\u" not in body:  # the method can only appear as written
-        return _NOT_A_CALL
+        return None
     try:
         message = json.loads(body)
     except ValueError:
-        return _NOT_A_CALL
+        return None  # the SDK answers it with a parse error
+    if isinstance(message, list):
+        return _UNCLEAR
     if not isinstance(message, dict) or message.get("method") != "tools/call":
-        return _NOT_A_CALL
+        return None
+    return message
+
+
+def _next_leg(message: dict[str, Any]) -> bool:
+    """A 2026-07-28 host's next leg of a call that asked it something (the call was counted at its first leg)."""
     params = message.get("params")
-    if isinstance(params, dict) and params.get("requestState") is not None:
-        return _NOT_A_CALL
-    return message.get("id")
+    return isinstance(params, dict) and params.get("requestState") is not None
+
+
+def _bearer(headers: list[tuple[bytes, bytes]]) -> str:
+    value = next((v.decode("latin-1") for k, v in headers if k == b"authorization"), "")
+    return value[7:] if value.lower().startswith("bearer ") else ""
 
 
 def _error(text: str) -> types.CallToolResult:
@@ -192,7 +204,8 @@ class DatabaseUnavailable(AuthenticationError):
 
 class KeyBackend(AuthenticationBackend):
     """Authenticates every request's bearer key against the database as it is now, so a revoked key
-    or a demoted or removed creator is refused from the next request, on open sessions too."""
+    or a demoted or removed creator is refused from the next request that may act, on open sessions too,
+    and from the next read once the change is heard (`Gateway.identify`, `Gateway.admission`)."""
 
     def __init__(self, gateway: Gateway) -> None:
         self.gateway = gateway
@@ -202,7 +215,11 @@ class KeyBackend(AuthenticationBackend):
         header = conn.headers.get("authorization") or ""
         if not header.lower().startswith("bearer "):
             return None  # RequireAuthMiddleware answers 401 "Authentication required"
-        identity = await self.gateway.identify(header[7:])
+        identity = self.gateway.heard_keys.get(header[7:])
+        if identity is not None:  # a request that may act has its key read again (`Gateway.admission`)
+            conn.scope[KEY_HEARD] = True
+        else:
+            identity = await self.gateway.identify(header[7:])
         access = self._tokens.get(identity.key_id)
         if access is None:
             if len(self._tokens) > 10_000:
@@ -264,15 +281,19 @@ class Gateway:
         self._key_threads = CheckThreads()
         key_statement = KeyStatement(resource=resource_url())
         self.keys: KeyChecks[selectors.KeyStanding] = KeyChecks(lambda raw: self._key_threads.run(key_statement, raw))
+        self.heard_keys: HeardKeys[Identity] = HeardKeys()
 
     # --- identity --------------------------------------------------------------------------------
 
     async def identify(self, raw: str) -> Identity:
-        """The key's identity as the database has it now (checked on every request, by a query sent after the
-        request arrived: a cache here let a revoked key through on an open session until a change notice
-        arrived). Requests of one key arriving together share a query (`keys.KeyChecks`).
+        """The key's identity as the database has it now, by a query sent after the request arrived. Requests of
+        one key arriving together share a query (`keys.KeyChecks`). A key found standing is kept for the next
+        requests (`keys.HeardKeys`, while this process hears every change to keys and memberships; a cache kept
+        up by the channel layer's notices once let a revoked key through on an open session until its notice
+        arrived, which could be long after the commit).
 
         Raises KeyRefused (with the reason) or DatabaseUnavailable."""
+        since = self.heard_keys.mark()
         try:
             standing = await self.keys.standing(raw)
         except DatabaseError as exc:
@@ -286,6 +307,7 @@ class Gateway:
                             hold_wait_s=key.hold_wait_s)
         self._by_key[identity.key_id] = identity
         self._agent_org[identity.agent_id] = identity.org_id
+        self.heard_keys.keep(raw, identity, since)
         return identity
 
     def identity(self, ctx: Any) -> Identity:
@@ -295,13 +317,42 @@ class Gateway:
             raise PermissionError("no gateway key")
         return self._by_key[user.access_token.claims["key_id"]]
 
-    async def rate_refusal(self, scope: Any, body: bytes) -> JSONResponse | None:
+    async def admission(self, scope: Any, body: bytes) -> JSONResponse | None:
+        """The answer to a request refused before the session managers see it (after them its HTTP status would
+        be 200 whatever it says): HTTP 401 for a key answered from memory that no longer stands, read again now
+        because the request may act (`may_act`); HTTP 429 for a `tools/call` over its key's rate."""
+        message = _call_message(body)
+        if scope.get(KEY_HEARD) and self.may_act(scope, message):
+            try:
+                await self.identify(_bearer(scope.get("headers") or []))
+            except AuthenticationError as exc:
+                return auth_error_response(None, exc)
+        return await self.rate_refusal(scope, message)
+
+    def may_act(self, scope: Any, message: Any) -> bool:
+        """Whether a request may make a tool act: a call of a tool this key's agent has not classified `read` (or
+        one this process cannot tell, such as a batch, or the next leg of a call that asked its host something).
+        Its key is then read now, whatever was heard: no write goes out for a key revoked before the request
+        arrived. A read may be answered in the time a revoke's notice takes to arrive (keys.HeardKeys)."""
+        if message is None:
+            return False
+        user = scope.get("user")
+        identity = self._by_key.get(user.access_token.claims["key_id"]) if isinstance(user, AuthenticatedUser) \
+            else None
+        view = self._views.get(identity.agent_id) if identity is not None else None
+        if message is _UNCLEAR or view is None or _next_leg(message):
+            return True
+        name = message["params"].get("name") if isinstance(message.get("params"), dict) else None
+        tool = view.grants.get(map_name(name, offered=view.tool_names, known=view.granted_names)) \
+            if isinstance(name, str) else None
+        return tool is None or tool.risk != "read"
+
+    async def rate_refusal(self, scope: Any, message: Any) -> JSONResponse | None:
         """For a `tools/call` request over its key's rate: the HTTP 429 answer (Retry-After, and the
         JSON-RPC error the SDK's clients raise). Counts the call otherwise, and marks the request so
         that the handler does not count it again."""
         user = scope.get("user")
-        call_id = _tool_call_id(body)
-        if call_id is _NOT_A_CALL or not isinstance(user, AuthenticatedUser):
+        if not isinstance(message, dict) or _next_leg(message) or not isinstance(user, AuthenticatedUser):
             return None
         identity = self._by_key.get(user.access_token.claims["key_id"])
         if identity is None:
@@ -311,7 +362,7 @@ class Gateway:
         if not wait:
             return None
         error = rate_limited(identity, wait).error
-        return JSONResponse({"jsonrpc": "2.0", "id": call_id, "error": error.model_dump(exclude_none=True)},
+        return JSONResponse({"jsonrpc": "2.0", "id": message.get("id"), "error": error.model_dump(exclude_none=True)},
                             status_code=429, headers={"Retry-After": str(int(wait))})
 
     # --- views and sessions ----------------------------------------------------------------------
@@ -841,6 +892,7 @@ class Gateway:
                 logger.exception("gateway maintenance failed")
 
     async def _maintain_once(self) -> None:
+        await self._hear_keys()
         every = view_refresh_seconds() if self._listening else 0
         if time.monotonic() - self._views_read_at >= every:
             self._views_read_at = time.monotonic()
@@ -879,8 +931,20 @@ class Gateway:
             except Exception:
                 self._handshake_clients.get(agent_id, {}).pop(session_id, None)
 
+    async def _hear_keys(self) -> None:
+        """Takes the key notices that came while no request asked (Postgres keeps each until every listener has
+        read it), and listens again after the session was lost."""
+        if self.heard_keys.drain():
+            return
+        try:
+            await self.heard_keys.listen()
+        except Exception as exc:  # every request's key is read meanwhile; tried again at the next poll
+            logger.warning("gateway: cannot listen for key changes (%s); every request's key is read",
+                           type(exc).__name__)
+
     async def start(self) -> None:
         self.writer.start()
+        await self._hear_keys()
         recovered = await _db(ledger.recover_in_flight)
         if recovered:
             logger.warning("gateway: %s call(s) left in flight by a stopped gateway are now unknown", recovered)
@@ -890,6 +954,7 @@ class Gateway:
         await self.pool.aclose_all()
         await self.rate.close()
         self._key_threads.close()
+        self.heard_keys.close()
 
 
 def _redacted_outcome(org_id: str, result: ToolCallResult | None, payload: dict[str, Any] | None,

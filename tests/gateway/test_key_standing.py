@@ -1,6 +1,7 @@
-"""A key's standing is checked on every request, open sessions included: right after a revoke,
-or after the key's creator is demoted or removed, the next call on an already-open MCP session
-is refused with the reason, and the write it carried never reaches the server."""
+"""A call that may act has its key's standing checked on every request, open sessions included: right after
+a revoke, or after the key's creator is demoted or removed, the next such call on an already-open MCP session is
+refused with the reason, and the write it carried never reaches the server. (A read may be answered from memory
+until the change is heard: test_heard_keys.)"""
 
 from __future__ import annotations
 
