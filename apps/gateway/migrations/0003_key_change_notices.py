@@ -13,6 +13,8 @@ reads its key.
 
 from django.db import migrations
 
+from apps.core.migration_ops import postgres_sql
+
 CHANNEL = "airlock_gateway_keys"
 KEY_COLUMNS = ("org_id", "name", "agent_id", "key_hash", "created_by_id", "rate_limit_per_minute", "hold_wait_s",
                "revoked_at")
@@ -60,16 +62,8 @@ DROP = (
 )
 
 
-def _on_postgres(statements: tuple[str, ...]):
-    def apply(apps, schema_editor):
-        if schema_editor.connection.vendor == "postgresql":
-            for statement in statements:
-                schema_editor.execute(statement)
-    return apply
-
-
 class Migration(migrations.Migration):
 
     dependencies = [("gateway", "0002_oauth_grants"), ("accounts", "0003_identity_provider_invite_mfa_required")]
 
-    operations = [migrations.RunPython(_on_postgres(CREATE), _on_postgres(DROP))]
+    operations = [postgres_sql(CREATE, DROP)]

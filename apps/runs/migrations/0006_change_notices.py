@@ -9,6 +9,8 @@ and only while it drives it. SQLite has none of this; there the engine reads at 
 
 from django.db import migrations
 
+from apps.core.migration_ops import postgres_sql
+
 NOTIFY = """
 CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -48,16 +50,8 @@ DROP = (
 )
 
 
-def _on_postgres(statements: tuple[str, ...]):
-    def apply(apps, schema_editor):
-        if schema_editor.connection.vendor == "postgresql":
-            for statement in statements:
-                schema_editor.execute(statement)
-    return apply
-
-
 class Migration(migrations.Migration):
 
     dependencies = [("runs", "0005_lz4_toast_compression"), ("registry", "0002_sync_warnings")]
 
-    operations = [migrations.RunPython(_on_postgres(CREATE), _on_postgres(DROP))]
+    operations = [postgres_sql(CREATE, DROP)]

@@ -5,6 +5,8 @@ admin's decisions), so hearing every org's and keeping its own costs nothing of 
 
 from django.db import migrations
 
+from apps.core.migration_ops import postgres_sql
+
 REGISTRY = """
 CREATE OR REPLACE FUNCTION airlock_registry_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
@@ -22,15 +24,8 @@ PER_ORG = REGISTRY.format(channel=f"'airlock_registry_' || {ORG}", payload="''",
                           new_channel=f"'airlock_registry_' || {NEW_ORG}", new_payload="''")
 
 
-def _on_postgres(statement: str):
-    def apply(apps, schema_editor):
-        if schema_editor.connection.vendor == "postgresql":
-            schema_editor.execute(statement)
-    return apply
-
-
 class Migration(migrations.Migration):
 
     dependencies = [("runs", "0006_change_notices")]
 
-    operations = [migrations.RunPython(_on_postgres(ONE_CHANNEL), _on_postgres(PER_ORG))]
+    operations = [postgres_sql([ONE_CHANNEL], [PER_ORG])]
