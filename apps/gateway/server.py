@@ -152,6 +152,7 @@ def _next_leg(message: dict[str, Any]) -> bool:
 
 
 def _bearer(headers: list[tuple[bytes, bytes]]) -> str:
+    """The request's bearer value ("" without one), from its first Authorization header (ASGI names are lower-case)."""
     value = next((v.decode("latin-1") for k, v in headers if k == b"authorization"), "")
     return value[7:] if value.lower().startswith("bearer ") else ""
 
@@ -212,14 +213,14 @@ class KeyBackend(AuthenticationBackend):
         self._tokens: dict[str, AccessToken] = {}  # key id -> its (immutable) access token
 
     async def authenticate(self, conn: Any) -> tuple[AuthCredentials, AuthenticatedUser] | None:
-        header = conn.headers.get("authorization") or ""
-        if not header.lower().startswith("bearer "):
+        bearer = _bearer(conn.scope["headers"])
+        if not bearer:
             return None  # RequireAuthMiddleware answers 401 "Authentication required"
-        identity = self.gateway.heard_keys.get(header[7:])
+        identity = self.gateway.heard_keys.get(bearer)
         if identity is not None:  # a request that may act has its key read again (`Gateway.admission`)
             conn.scope[KEY_HEARD] = True
         else:
-            identity = await self.gateway.identify(header[7:])
+            identity = await self.gateway.identify(bearer)
         access = self._tokens.get(identity.key_id)
         if access is None:
             if len(self._tokens) > 10_000:
@@ -324,7 +325,7 @@ class Gateway:
         message = _call_message(body)
         if scope.get(KEY_HEARD) and self.may_act(scope, message):
             try:
-                await self.identify(_bearer(scope.get("headers") or []))
+                await self.identify(_bearer(scope["headers"]))
             except AuthenticationError as exc:
                 return auth_error_response(None, exc)
         return await self.rate_refusal(scope, message)
