@@ -7,7 +7,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.forms.models import model_to_dict
 
 from apps.core.db import NothingUpdated, pipeline, send_expected
@@ -50,12 +50,27 @@ def test_an_inserted_instance_saves_again_as_an_update():
     assert UsageRecord.objects.count() == 1
 
 
-def test_several_rows_go_in_one_statement(django_assert_num_queries):
+def test_several_rows_inserted_at_once_are_each_the_row_save_writes():
     org = make_org()
-    records = [usage(org, model=f"m{n}") for n in range(3)]
-    with django_assert_num_queries(1):
+    saved = usage(org, model="saved")
+    saved.save()
+    records = [usage(org, model="saved", latency_ms=n) for n in range(3)]
+    Inserts(UsageRecord).send(records)
+    for n, record in enumerate(records):
+        assert not record._state.adding
+        assert columns(record) == {**columns(saved), "latency_ms": n}
+        assert UsageRecord.objects.get(id=record.id).created_at == record.created_at
+    assert UsageRecord.objects.count() == 4
+
+
+def test_rows_inserted_at_once_in_a_batch_fail_with_it_whole():
+    org = make_org()
+    taken = usage(org)
+    taken.save()
+    records = [usage(org, model="first"), usage(org, id=taken.id), usage(org, model="last")]
+    with pytest.raises(IntegrityError), transaction.atomic(), pipeline():
         Inserts(UsageRecord).send(records)
-    assert sorted(UsageRecord.objects.values_list("model", flat=True)) == ["m0", "m1", "m2"]
+    assert UsageRecord.objects.count() == 1
 
 
 @pytest.mark.django_db(transaction=True)
