@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from typing import Any, Protocol
@@ -12,6 +13,7 @@ from django.utils import timezone
 
 from apps.audit.models import GLOBAL_CHAIN, AuditChainHead, AuditEvent
 from apps.audit.redaction import redact
+from apps.core.rows import Inserts, Update
 
 
 class AuditActor(Protocol):
@@ -142,16 +144,19 @@ SELECT %s, %s, head.seq, %s, %s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::inet, he
 
 
 def record_many(*, org_id: UUID | None, entries: list[dict[str, Any]]) -> list[AuditEvent]:
-    """Appends several events to one organisation's chain in one go (one lock, one insert).
+    """Appends several events to one organisation's chain in one go (one lock, one insert per event, sent
+    together).
 
     Each entry has the keyword arguments of `record` (actor, action, target, target_label, data).
     For writers that batch many small events off the request path (the MCP gateway's calls).
-    Must run inside the caller's transaction.
+    Must run inside the caller's transaction. It reads only the chain's head, so inside a batch
+    (apps.core.db.pipeline) the events and the head's move go out with whatever the batch sends after them.
     """
     if not entries:
         return []
-    with transaction.atomic():
-        head = _locked_head(org_id or GLOBAL_CHAIN)
+    chain = org_id or GLOBAL_CHAIN
+    with transaction.atomic(savepoint=False):
+        seq, prev = _head_for_update(chain)
         events = []
         for entry in entries:
             now = timezone.now()
@@ -160,8 +165,8 @@ def record_many(*, org_id: UUID | None, entries: list[dict[str, Any]]) -> list[A
             target_type = target._meta.label_lower if target is not None else ""
             target_id = str(target.pk) if target is not None else ""
             actor_label = actor.label if actor else "system"
-            seq = head.seq + 1
-            digest = event_hash(prev_hash=head.hash, seq=seq, org_id=org_id, created_at=now.isoformat(),
+            seq += 1
+            digest = event_hash(prev_hash=prev, seq=seq, org_id=org_id, created_at=now.isoformat(),
                                 action=entry["action"], actor_label=actor_label,
                                 target=f"{target_type}:{target_id}", data=clean)
             events.append(AuditEvent(
@@ -169,8 +174,32 @@ def record_many(*, org_id: UUID | None, entries: list[dict[str, Any]]) -> list[A
                 actor_user_id=getattr(actor, "user_id", None), actor_token_id=getattr(actor, "token_id", None),
                 target_type=target_type, target_id=target_id,
                 target_label=entry.get("target_label") or str(target or "")[:200], data=clean,
-                ip=getattr(actor, "ip", None), prev_hash=head.hash, hash=digest))
-            head.seq, head.hash = seq, digest
-        AuditEvent.objects.bulk_create(events)
-        head.save(update_fields=["seq", "hash"])
+                ip=getattr(actor, "ip", None), prev_hash=prev, hash=digest))
+            prev = digest
+        _event_inserts().send(events)
+        _head_moves().execute({"seq": seq, "hash": prev}, {"chain": chain})
     return events
+
+
+def _head_for_update(chain: UUID) -> tuple[int, str]:
+    """The chain head's (seq, hash), locked until the transaction ends; a new chain's head is made first (no
+    `except IntegrityError`, which cannot work inside a batch: another writer's new head is simply kept)."""
+    connection = connections[AuditChainHead.objects.db]
+    if connection.vendor != "postgresql":
+        head = _locked_head(chain)
+        return head.seq, head.hash
+    with connection.cursor() as cursor:
+        cursor.execute(_HEAD_SQL, [chain])
+        cursor.execute("SELECT seq, hash FROM audit_auditchainhead WHERE chain = %s FOR UPDATE", [chain])
+        seq, digest = cursor.fetchone()
+    return seq, digest
+
+
+@functools.cache
+def _event_inserts() -> Inserts:
+    return Inserts(AuditEvent)
+
+
+@functools.cache
+def _head_moves() -> Update:
+    return Update(AuditChainHead, ["seq", "hash"], ["chain"])

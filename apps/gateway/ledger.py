@@ -42,6 +42,7 @@ from apps.approvals import questions
 from apps.approvals import services as approvals
 from apps.approvals.models import ApprovalKind, ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
+from apps.core.db import pipeline
 from apps.gateway.ledger_process import ACK, HEADER
 from apps.gateway.models import GatewayKey, GatewaySession
 from apps.registry.models import Tool
@@ -506,12 +507,6 @@ def flush(batch: list[CallRecord]) -> None:
         rows = ledger.record_calls(
             [Outcome(id=r.id, org_id=r.org_id, run_id=r.run_id, fields=r.fields, row_id=r.row_id, event=r.event,
                      event_data=r.event_data, taint=r.taint) for r in batch], publish_per_run=PUBLISH_PER_RUN)
-        # The key before the audit chain's head, the order a revoke takes them in (else the two deadlock).
-        sessions = {r.session_pk for r in batch}
-        GatewaySession.objects.filter(id__in=sessions).update(last_seen_at=now)
-        keys = {r.key_id for r in batch}
-        GatewayKey.objects.filter(id__in=keys).exclude(last_used_at__gt=now - timedelta(minutes=1)).update(
-            last_used_at=now)
         by_org: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for record, row in zip(batch, rows, strict=True):
             by_org[record.org_id].append({
@@ -520,8 +515,14 @@ def flush(batch: list[CallRecord]) -> None:
                 "data": {"state": record.fields.get("state"), "decision": record.fields.get("decision"),
                          "rule": record.fields.get("rule", ""), "args_hash": record.fields.get("args_hash"),
                          "run_id": record.run_id, **record.event_data}})
-        for org_id, entries in by_org.items():
-            audit.record_many(org_id=org_id, entries=entries)
+        # Two round trips: the last uses with the chain head's lock (read), then the audit rows with the COMMIT.
+        with pipeline(commit=True):
+            # The key before the audit chain's head, the order a revoke takes them in (else the two deadlock).
+            GatewaySession.objects.filter(id__in={r.session_pk for r in batch}).update(last_seen_at=now)
+            GatewayKey.objects.filter(id__in={r.key_id for r in batch}).exclude(
+                last_used_at__gt=now - timedelta(minutes=1)).update(last_used_at=now)
+            for org_id, entries in by_org.items():
+                audit.record_many(org_id=org_id, entries=entries)
 
 
 # --- held calls ----------------------------------------------------------------------------------

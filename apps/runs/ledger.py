@@ -33,7 +33,7 @@ from apps.approvals.models import ApprovalRequest, ApprovalStatus
 from apps.audit import services as audit
 from apps.audit.org_secrets import OrgSecrets, redact_outside
 from apps.audit.redaction import redact
-from apps.core.db import send_expected
+from apps.core.db import pipeline, send_expected
 from apps.core.realtime import org_group, publish_after_commit, run_group
 from apps.core.rows import Columns, Inserts, Update, fetch, fetch_together
 from apps.notifications.services import notify
@@ -433,29 +433,39 @@ COMPLETABLE = {"state", "result", "error", "error_class", "findings", "finished_
 
 
 def record_calls(batch: Iterable[Outcome], *, publish_per_run: int | None = None) -> list[ToolCall]:
-    """A batch of finished calls in the caller's transaction: the new rows in one insert, the completions, then
-    per run its events (numbered and redacted here), its `tool_calls` counter and its taint. Returns the rows,
-    in the batch's order (for their audit)."""
+    """A batch of finished calls in the caller's transaction: the new rows, the completions, then per run its
+    events (numbered and redacted here), its `tool_calls` counter and its taint. Returns the rows, in the
+    batch's order (for their audit).
+
+    The rows, completions and events go out as one batch (apps.core.db.pipeline): one round trip, where each
+    had been one of its own. A completion whose row is no longer `dispatched` (a person resolved it as
+    `unknown` meanwhile) changes nothing, as before."""
     now = timezone.now()
     rows: list[tuple[Outcome, ToolCall]] = []
     new = []
-    for outcome in batch:
-        if outcome.row_id:
-            ToolCall.objects.filter(id=outcome.row_id, state=CallState.DISPATCHED).update(
-                **{k: v for k, v in outcome.fields.items() if k in COMPLETABLE}, updated_at=now)
-            rows.append((outcome, ToolCall(id=outcome.row_id, qualified_name=outcome.fields.get("qualified_name"))))
-        else:
-            row = ToolCall(id=outcome.id, org_id=outcome.org_id, run_id=outcome.run_id, **outcome.fields)
-            new.append(row)
-            rows.append((outcome, row))
-    ToolCall.objects.bulk_create(new)
-    by_run: dict[str, list[tuple[Outcome, ToolCall]]] = {}
-    for outcome, row in rows:
-        by_run.setdefault(str(outcome.run_id), []).append((outcome, row))
+    with pipeline():
+        for outcome in batch:
+            if outcome.row_id:
+                values = _move_values({k: v for k, v in outcome.fields.items() if k in COMPLETABLE})
+                _call_move(tuple(values)).execute({**values, "updated_at": now},
+                                                  {"id": outcome.row_id, "state": CallState.DISPATCHED})
+                rows.append((outcome, ToolCall(id=outcome.row_id,
+                                               qualified_name=outcome.fields.get("qualified_name"))))
+            else:
+                row = ToolCall(id=outcome.id, org_id=outcome.org_id, run_id=outcome.run_id, **outcome.fields)
+                new.append(row)
+                rows.append((outcome, row))
+        _call_inserts().send(new)
+        by_run: dict[str, list[tuple[Outcome, ToolCall]]] = {}
+        for outcome, row in rows:
+            by_run.setdefault(str(outcome.run_id), []).append((outcome, row))
+        published = [send_events(run_id, [
+            (outcome.event, {"tool_call_id": str(row.id), "tool": outcome.fields.get("qualified_name", ""),
+                             "via": "gateway", **outcome.event_data}) for outcome, row in items],
+            Totals(tool_calls=len(items)), publish_last=publish_per_run) for run_id, items in by_run.items()]
+    for publish in published:
+        publish()
     for run_id, items in by_run.items():
-        events = [(outcome.event, {"tool_call_id": str(row.id), "tool": outcome.fields.get("qualified_name", ""),
-                                   "via": "gateway", **outcome.event_data}) for outcome, row in items]
-        append_events(run_id, events, Totals(tool_calls=len(items)), publish_last=publish_per_run)
         taint = next((outcome.taint for outcome, _ in items if outcome.taint), "")
         if taint:
             taint_run(run_id, reason=taint)
