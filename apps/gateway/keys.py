@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -241,7 +242,9 @@ def _listening_session() -> Any:
     KEYS_CHANNEL."""
     import psycopg
 
-    params = {**connections["default"].get_connection_params(), "application_name": "airlock gateway keys"}
+    # The process in its name: an operator reading pg_stat_activity can tell which gateway holds which session.
+    params = {**connections["default"].get_connection_params(),
+              "application_name": f"airlock gateway keys {os.getpid()}"}
     raw = psycopg.connect(**params, autocommit=True)
     try:
         raw.execute(f'LISTEN "{KEYS_CHANNEL}"')

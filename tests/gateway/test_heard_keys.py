@@ -74,10 +74,11 @@ def test_a_read_is_refused_with_the_reason_once_the_change_is_heard(gateway_url,
     assert seconds < HEARD_WITHIN_S
 
 
-def test_a_lost_listening_session_leaves_no_key_answered_from_memory(gateway_url, setup):
+def test_a_lost_listening_session_leaves_no_key_answered_from_memory(gateway, setup):
     """The session that hears key changes is killed (a Postgres restart, a failover, an admin's
     pg_terminate_backend), and a key is revoked before the gateway has listened again: the revoke's notice is lost
     with the session, so the gateway must notice the loss and read keys until it listens again, then hear again."""
+    gateway_url, process = gateway
     assert wait_until(lambda: keys_heard(gateway_url), timeout=10)
     for attempt in range(2):
         creator = add_member(setup.org, "admin")
@@ -87,8 +88,10 @@ def test_a_lost_listening_session_leaves_no_key_answered_from_memory(gateway_url
         def kill_then_revoke() -> None:
             if attempt == 0:
                 with connection.cursor() as cursor:
+                    # This gateway's session only: another test's gateway may be listening on this database too.
                     cursor.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE "
-                                   "application_name = 'airlock gateway keys' AND datname = current_database()")
+                                   "application_name = %s AND datname = current_database()",
+                                   [f"airlock gateway keys {process.pid}"])
                     assert cursor.fetchone()[0] == 1  # the gateway's one listening session
             revoke(setup, creator, key)
 
