@@ -9,12 +9,34 @@ queue, a channel-layer prefix or a var/ folder.
 import os
 from pathlib import Path
 
-RUN_ID = os.environ.setdefault("AIRLOCK_TEST_RUN_ID", f"t{os.getpid()}")
+
+def _of_run(run_id: str) -> dict[str, str]:
+    """What a test session keeps apart from every other one, named after its run id."""
+    return {"AIRLOCK_VAR_DIR": str(Path(__file__).resolve().parent.parent / "var" / "test" / run_id),
+            "AIRLOCK_CHANNEL_PREFIX": f"airlock-{run_id}"}
+
+
+def _run_id() -> str:
+    """This session's run id: inherited by the processes it starts, new in a session of its own. A pytest-xdist
+    worker (scripts/test runs one per core) inherits its controller's environment, yet is a session of its own:
+    it takes the controller's id with its own name after it, and drops what the controller's id named."""
+    run_id = os.environ.get("AIRLOCK_TEST_RUN_ID") or f"t{os.getpid()}"
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and not run_id.endswith(f"_{worker}"):
+        for name, value in _of_run(run_id).items():
+            if os.environ.get(name) == value:
+                del os.environ[name]
+        run_id = f"{run_id}_{worker}"
+    os.environ["AIRLOCK_TEST_RUN_ID"] = run_id
+    for name, value in _of_run(run_id).items():
+        os.environ.setdefault(name, value)
+    return run_id
+
+
+RUN_ID = _run_id()
 os.environ.setdefault("SECRET_KEY", "airlock-test-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz")
 os.environ.setdefault("AIRLOCK_ENCRYPTION_KEY", "aP4XjMozeMei1iJ0WDWY_CRpsi7-AQeKtHVTcQ7iOeQ=")
-os.environ.setdefault("AIRLOCK_VAR_DIR", str(Path(__file__).resolve().parent.parent / "var" / "test" / RUN_ID))
 os.environ.setdefault("AIRLOCK_EGRESS_ALLOW_PRIVATE", "1")
-os.environ.setdefault("AIRLOCK_CHANNEL_PREFIX", f"airlock-{RUN_ID}")
 # Tests send many wrong tokens from one address in one session; the lockout tests set their own limit.
 os.environ.setdefault("AIRLOCK_API_TOKEN_FAILURES", "100000")
 # Playwright's sync API runs an event loop in the test thread; fixtures still use the ORM there.
