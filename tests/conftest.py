@@ -5,7 +5,7 @@ import time
 import pytest
 from django.conf import settings
 from django.core.management.base import CommandError
-from django.db import OperationalError
+from django.db import OperationalError, connection
 
 from tests.factories import add_member, make_org, owner_of
 
@@ -87,6 +87,26 @@ def outsider(db):
 def signed_in(client, membership):
     client.force_login(membership.user)
     return client
+
+
+@pytest.fixture(scope="session", autouse=True)
+def test_database_left_alone(django_db_setup, django_db_blocker):
+    """At the session's end, before pytest-django drops the test database: a process a test stopped last may
+    still be exiting, its session still open, and DROP DATABASE refuses a database in use (a warning, and the
+    database left on the server; 7 December, a worker group SIGKILLed by the session's last test). So wait a
+    little for them, then end what is left: only this session's processes use its test database."""
+    yield
+    if connection.vendor != "postgresql":
+        return
+    others = "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    with django_db_blocker.unblock(), connection.cursor() as cursor:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            cursor.execute(f"SELECT count(*) {others}")
+            if not cursor.fetchone()[0]:
+                return
+            time.sleep(0.2)
+        cursor.execute(f"SELECT count(pg_terminate_backend(pid)) {others}")
 
 
 @pytest.fixture(scope="session")
