@@ -90,7 +90,7 @@ def signed_in(client, membership):
 
 
 @pytest.fixture(scope="session", autouse=True)
-def test_database_left_alone(django_db_setup, django_db_blocker):
+def no_session_left_on_the_test_database(django_db_setup, django_db_blocker):
     """At the session's end, before pytest-django drops the test database: a process a test stopped last may
     still be exiting, its session still open, and DROP DATABASE refuses a database in use (a warning, and the
     database left on the server; 7 December, a worker group SIGKILLed by the session's last test). So wait a
