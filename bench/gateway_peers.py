@@ -82,7 +82,9 @@ class Processes:
     def stop_all(self) -> None:
         """SIGTERM to each leader (a graceful stop: Airlock's gateway drains its ledger), then SIGTERM and
         SIGKILL to whatever is left below them (the downstream servers)."""
-        below = set(_descendants([p.pid for p in self._started])) - {p.pid for p in self._started}
+        below = {pid: _started_at(pid) for pid in _descendants([p.pid for p in self._started])}
+        for proc in self._started:
+            below.pop(proc.pid, None)
         for proc in reversed(self._started):
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -96,14 +98,14 @@ class Processes:
                     os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            left = below & set(_table())
+            left = {pid for pid, started in below.items() if started is not None and _started_at(pid) == started}
             for pid in left:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, sig)
             deadline = time.monotonic() + 5
             while left and time.monotonic() < deadline:
                 time.sleep(0.1)
-                left &= set(_table())
+                left = {pid for pid in left if _started_at(pid) == below[pid]}
         self._started.clear()
 
 
@@ -119,6 +121,16 @@ def _table() -> dict[int, tuple[int, float]]:
         if fields[0] != "Z":  # after the name: [0] state, [1] parent pid, [11] utime, [12] stime
             table[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks)
     return table
+
+
+def _started_at(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot), None if it is gone: a pid is reused once its process
+    is reaped, and a number with another start time is someone else's (a Postgres backend, say)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[19])  # after the name: [0] state, [19] start time
 
 
 def _descendants(roots: list[int], table: dict[int, tuple[int, float]] | None = None) -> list[int]:

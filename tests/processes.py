@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from urllib.parse import quote
 
@@ -67,6 +67,58 @@ def wait_for_text(log: Path, text: str, proc: subprocess.Popen, timeout: float =
             raise RuntimeError(f"process exited early:\n{log.read_text()[-3000:]}")
         time.sleep(0.1)
     raise RuntimeError(f"{text!r} not seen after {timeout}s:\n{log.read_text()[-3000:]}")
+
+
+def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
+    """Stops a process we started with a session of its own, and what is left of its group (a worker's pool
+    children, orphaned when a test killed the main process).
+
+    A pid is reused once its process is reaped: on a long run (pid_max 32,768 here) a number this group held
+    may soon belong to a stranger, such as a Postgres backend, which leads a group of its own. So the group is
+    signalled only while its leader is unreaped (alive or a zombie: its pid, hence the group's id, is still ours);
+    once reaped, only the members still in its group are, never the number itself."""
+    if proc.returncode is None:
+        with suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)  # a zombie takes a signal harmlessly
+        if _exits(proc, timeout):
+            with suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)  # the leader's zombie holds the group id
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+    else:
+        for pid in group_members(proc.pid):
+            with suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+    with suppress(subprocess.TimeoutExpired):
+        proc.wait(5)
+
+
+def _exits(proc: subprocess.Popen, timeout: float) -> bool:
+    """Whether `proc` exits within `timeout`, left unreaped (waitid with WNOWAIT)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return True
+        except ChildProcessError:  # reaped elsewhere after all
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def group_members(pgid: int) -> list[int]:
+    """The live processes in group `pgid` other than one numbered `pgid` (after its leader was reaped, a
+    process with that number is a stranger). Linux /proc; [] elsewhere."""
+    members = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and int(entry.name) != pgid and fields[0] != "Z":  # [2]: process group
+            members.append(int(entry.name))
+    return members
 
 
 def stop(proc: subprocess.Popen, timeout: float = 10) -> None:

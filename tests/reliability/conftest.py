@@ -10,13 +10,11 @@ the `tests.reliability.faultapp` Celery app (beat sweeping every second, the poi
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +30,7 @@ from apps.registry.pool import pool
 from apps.runs import decisions, services
 from apps.runs.models import CallState, Run, RunEvent, ToolCall
 from config.celery import WORKER_QUEUES
-from tests.processes import ROOT, child_env, free_port, wait_for_port, wait_for_text
+from tests.processes import ROOT, child_env, free_port, stop_group, wait_for_port, wait_for_text
 
 SLOW = "orders.slow_refund"
 ENDED = {"succeeded", "failed", "cancelled", "timed_out", "limit_exceeded"}
@@ -66,19 +64,6 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-
-
-def stop(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
-    """Stops a process we started (and the process group it leads: its pool children and their MCP servers)."""
-    if proc.poll() is None:
-        with suppress(ProcessLookupError):
-            os.kill(proc.pid, sig)
-        with suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout)
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # orphans of a killed main process
-    with suppress(subprocess.TimeoutExpired):
-        proc.wait(5)
 
 
 class Cluster:
@@ -127,7 +112,7 @@ class Cluster:
 
     def close(self) -> None:
         for proc in reversed(self.procs):
-            stop(proc, timeout=3)
+            stop_group(proc, timeout=3)
 
 
 @pytest.fixture(scope="session")

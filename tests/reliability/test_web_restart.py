@@ -13,8 +13,8 @@ from playwright.sync_api import Page, expect
 
 from apps.runs.models import Run
 from tests.browser.test_foundation import sign_in
-from tests.processes import free_port
-from tests.reliability.conftest import settle, stop, wait_until
+from tests.processes import free_port, stop_group
+from tests.reliability.conftest import settle, wait_until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -41,7 +41,7 @@ def test_a_run_page_reconnects_after_the_web_process_restarts_and_misses_no_even
     expect(live).to_have_attribute("data-live-state", "open", timeout=20_000)
     first_seq = max(page_seqs(page))
 
-    stop(web, signal.SIGKILL)  # the web process dies with the socket open
+    stop_group(web, signal.SIGKILL)  # the web process dies with the socket open
     expect(live).to_have_attribute("data-live-state", "closed", timeout=10_000)
     seen = max(page_seqs(page))
     wait_until(lambda: Run.objects.get(id=run.id).last_seq >= seen + 5, 60, "events while the web is down")
