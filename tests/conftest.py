@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 
 import pytest
 from django.conf import settings
@@ -28,7 +29,12 @@ def flush_retries_a_deadlock():
     each table's exclusive lock in turn. The live gateway and worker processes of other tests keep
     reading meanwhile (a gateway's maintenance join of its sessions and their runs, every 0.3 s), and a
     reader holding one of those tables while waiting for the next deadlocks with it; Postgres aborts the
-    TRUNCATE (CI, 1 December: once in 1,015 tests). Only the test teardown truncates, so only it retries."""
+    TRUNCATE (CI, 1 December: once in 1,015 tests). Only the test teardown truncates, so only it retries.
+
+    It also reconnects, with a warning naming the test, when the server ended this process's connection
+    after the test's last query (CI, 7 December: "terminating connection due to administrator command" at
+    the teardown of a test that passed; nothing in it ends that connection). The teardown's job is to empty
+    the database, and a connection the server dropped says nothing about the test."""
     from django.test import TransactionTestCase
 
     flush = TransactionTestCase._fixture_teardown
@@ -37,11 +43,18 @@ def flush_retries_a_deadlock():
         for attempt in range(1, attempts + 1):
             try:
                 return flush(self)
-            except CommandError as exc:
-                if attempt == attempts or "deadlock detected" not in str(getattr(exc, "__cause__", "")) or \
-                        not isinstance(exc.__cause__, OperationalError):
+            except (CommandError, OperationalError) as exc:
+                cause = exc.__cause__ if isinstance(exc, CommandError) else exc
+                if attempt == attempts or not isinstance(cause, OperationalError):
                     raise
-                time.sleep(0.2)
+                if "deadlock detected" in str(cause):
+                    time.sleep(0.2)
+                elif not connection.is_usable():
+                    warnings.warn(f"the server ended the test database connection before the teardown "
+                                  f"({str(cause).strip()}); reconnected", stacklevel=1)
+                    connection.close()
+                else:
+                    raise
 
     TransactionTestCase._fixture_teardown = teardown
     yield
@@ -99,7 +112,14 @@ def no_session_left_on_the_test_database(django_db_setup, django_db_blocker):
     if connection.vendor != "postgresql":
         return
     others = "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-    with django_db_blocker.unblock(), connection.cursor() as cursor:
+    with django_db_blocker.unblock():
+        if connection.connection is not None and not connection.is_usable():
+            connection.close()  # the server ended it (see flush_retries_a_deadlock): a new one looks
+        _wait_then_end(others)
+
+
+def _wait_then_end(others: str) -> None:
+    with connection.cursor() as cursor:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             cursor.execute(f"SELECT count(*) {others}")
