@@ -69,6 +69,34 @@ def wait_for_text(log: Path, text: str, proc: subprocess.Popen, timeout: float =
     raise RuntimeError(f"{text!r} not seen after {timeout}s:\n{log.read_text()[-3000:]}")
 
 
+class RedisServer:
+    """A redis-server of our own on a fixed free port, without persistence (a restart loses every queued message,
+    the hardest case for recovery). Also for a count that must be of one process's connections only: the
+    session's Redis serves every session on the machine."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.port, self.proc = folder, free_port(), None
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        log = self.folder / f"redis-{time.monotonic_ns()}.log"
+        self.proc = subprocess.Popen(
+            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.folder), "--logfile", str(log)], start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        log.touch()
+        wait_for_port(self.port, self.proc, log, timeout=15)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)  # with --save "": exits without writing anything
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
 def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
     """Stops a process we started with a session of its own, and what is left of its group (a worker's pool
     children, orphaned when a test killed the main process).

@@ -4,8 +4,6 @@ process, and a revoked key stops at once)."""
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -24,7 +22,7 @@ from apps.registry import services as registry_services
 from apps.registry.models import Tool
 from tests.gateway.conftest import mcp_client, wait_until
 from tests.gateway.test_identity_and_failures import post
-from tests.processes import free_port, run_async, wait_for_port
+from tests.processes import RedisServer, free_port, run_async
 
 ORDER = {"order_id": "A-1001"}
 
@@ -35,18 +33,12 @@ def redis_url(tmp_path_factory):
     if settings.REDIS_URL:
         yield settings.REDIS_URL
         return
-    folder = tmp_path_factory.mktemp("redis")
-    port, log = free_port(), folder / "redis.log"
-    log.touch()
-    proc = subprocess.Popen(["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-                             "--appendonly", "no", "--dir", str(folder), "--logfile", str(log)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    server.start()
     try:
-        wait_for_port(port, proc, log, timeout=15)
-        yield f"redis://127.0.0.1:{port}/0"
+        yield server.url
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(10)
+        server.stop()
 
 
 def takes(url: str, prefix: str, key_id: str, rate: int, n: int, **kwargs) -> list[float]:

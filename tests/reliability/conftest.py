@@ -10,7 +10,6 @@ the `tests.reliability.faultapp` Celery app (beat sweeping every second, the poi
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -30,7 +29,7 @@ from apps.registry.pool import pool
 from apps.runs import decisions, services
 from apps.runs.models import CallState, Run, RunEvent, ToolCall
 from config.celery import WORKER_QUEUES
-from tests.processes import ROOT, child_env, free_port, stop_group, wait_for_port, wait_for_text
+from tests.processes import ROOT, RedisServer, child_env, stop_group, wait_for_port, wait_for_text
 
 SLOW = "orders.slow_refund"
 ENDED = {"succeeded", "failed", "cancelled", "timed_out", "limit_exceeded"}
@@ -38,33 +37,6 @@ TAG_INPUT = [{"name": "tag", "type": "string", "required": True}]
 
 
 # --- processes ------------------------------------------------------------------------------------
-
-class RedisServer:
-    """A redis-server of our own on a fixed free port, without persistence: a restart loses every
-    queued message, the hardest case for recovery."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder, self.port, self.proc = folder, free_port(), None
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self) -> None:
-        log = self.folder / f"redis-{time.monotonic_ns()}.log"
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.folder), "--logfile", str(log)], start_new_session=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        log.touch()
-        wait_for_port(self.port, self.proc, log, timeout=15)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)  # with --save "": exits without writing anything
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
 
 class Cluster:
     """Workers, beat and web processes of one test, all on the private Redis; stopped afterwards."""
