@@ -293,6 +293,9 @@ def main(argv: list[str] | None = None) -> dict:
     previous = signal.signal(signal.SIGTERM, _terminate)
     database_url, drop = _bench_database()
     os.environ["DATABASE_URL"] = database_url
+    print("bench.gateway: Airlock on " + ("Postgres" if database_url.startswith("postgres") else
+          "SQLite, the embedded mode (set DATABASE_URL=postgres://... and REDIS_URL for the deployed stack)"),
+          file=sys.stderr)
     logs = ROOT / "var" / "bench" / f"gateway-{os.getpid()}"
     processes = Processes()
     load = [round(x, 2) for x in os.getloadavg()]
@@ -329,6 +332,8 @@ def main(argv: list[str] | None = None) -> dict:
     report = {"calls": args.calls, "seconds": args.seconds, "rounds": args.rounds,
               "load_before": load, "load_after": [round(x, 2) for x in os.getloadavg()], "cpus": os.cpu_count(),
               "downstream": "bench/lookup_server.py over stdio (lookup(n), 2 KB of text)",
+              "airlock_database": "postgres" if database_url.startswith("postgres") else "sqlite",
+              "airlock_redis": bool(os.environ.get("REDIS_URL")),
               "versions": {e.name: e.version for e in endpoints.values() if e.version},
               "latency": latency, "throughput": throughput}
     report["targets"] = _targets(report)
