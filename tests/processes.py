@@ -105,14 +105,13 @@ def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float
     may soon belong to a stranger, such as a Postgres backend, which leads a group of its own. So the group is
     signalled only while its leader is unreaped (alive or a zombie: its pid, hence the group's id, is still ours);
     once reaped, only the members still in its group are, never the number itself."""
-    if proc.returncode is None:
-        with suppress(ProcessLookupError):
-            os.kill(proc.pid, sig)  # a zombie takes a signal harmlessly
-        if _exits(proc, timeout):
-            with suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)  # the leader's zombie holds the group id
-        else:
-            os.killpg(proc.pid, signal.SIGKILL)
+    leader = _leader(proc)
+    if leader == "running":
+        os.kill(proc.pid, sig)
+        leader = _leader(proc, wait=timeout)
+    if leader != "reaped":  # alive or a zombie: its pid, so the group's id, is still ours
+        with suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what is left of the group (orphans of a killed main process)
     else:
         for pid in group_members(proc.pid):
             with suppress(ProcessLookupError, PermissionError):
@@ -121,17 +120,20 @@ def stop_group(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float
         proc.wait(5)
 
 
-def _exits(proc: subprocess.Popen, timeout: float) -> bool:
-    """Whether `proc` exits within `timeout`, left unreaped (waitid with WNOWAIT)."""
-    deadline = time.monotonic() + timeout
+def _leader(proc: subprocess.Popen, wait: float = 0.0) -> str:
+    """`running`, `exited` (a zombie not reaped yet) or `reaped`, waiting up to `wait` seconds for a running
+    leader to exit. It never reaps (waitid with WNOWAIT): `exited` keeps the pid ours until `proc.wait()`."""
+    if proc.returncode is not None:
+        return "reaped"
+    deadline = time.monotonic() + wait
     while True:
         try:
             if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
-                return True
-        except ChildProcessError:  # reaped elsewhere after all
-            return True
+                return "exited"
+        except ChildProcessError:  # reaped by someone else
+            return "reaped"
         if time.monotonic() >= deadline:
-            return False
+            return "running"
         time.sleep(0.05)
 
 

@@ -55,3 +55,15 @@ def test_the_orphans_of_a_reaped_leader_are_stopped_by_membership_not_by_its_num
         assert gone(child)
     finally:
         proc.kill()
+
+
+def test_a_leader_reaped_behind_popens_back_is_never_signalled_by_its_number():
+    proc, child = start_leader()
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        os.waitpid(proc.pid, 0)  # reaped by someone else: Popen does not know, and the number is free for reuse
+        assert proc.returncode is None
+        stop_group(proc, timeout=5)  # by membership only: the orphan goes
+        assert gone(child)
+    finally:
+        proc.kill()
