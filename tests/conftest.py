@@ -109,8 +109,9 @@ def no_session_left_on_the_test_database(django_db_setup, django_db_blocker):
     database left on the server; 7 December, a worker group SIGKILLed by the session's last test). So wait a
     little for them, then end what is left: only this session's processes use its test database."""
     yield
-    if connection.vendor != "postgresql":
-        return
+    db = connection.settings_dict
+    if connection.vendor != "postgresql" or db["NAME"] != db.get("TEST", {}).get("NAME"):
+        return  # no test of this session needed the database, so pytest-django made none
     others = "FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
     with django_db_blocker.unblock():
         if connection.connection is not None and not connection.is_usable():
