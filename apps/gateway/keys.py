@@ -143,6 +143,7 @@ class KeyStatement:
 
 
 KEYS_CHANNEL = "airlock_gateway_keys"  # migration gateway/0003: a key's row or a membership changed
+SESSIONS_CHANNEL = "airlock_gateway_sessions"  # migration gateway/0004: a gateway session's run stopped, or cancelled
 REREAD_S = 10.0  # a key heard standing is read again at least this often (a session cut off without a word)
 KEPT_LIMIT = 10_000
 
@@ -158,8 +159,11 @@ class HeardKeys(Generic[Standing]):
     """Gateway keys found standing, answered from memory while this process hears every change that could end
     their standing (see the module). Used from the event loop's thread only; the session is opened on another."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_session: Callable[[str], None] = lambda run_id: None) -> None:
         self._raw: Any = None  # the psycopg connection that listens; None while not listening
+        # The same session hears the runs of gateway sessions (SESSIONS_CHANNEL): each run's id goes to
+        # `on_session`, which must not block (drain runs on the event loop's thread).
+        self._on_session = on_session
         self._generation = 0  # moves on every notice heard, and whenever listening starts or stops
         self._kept: dict[str, tuple[Standing, Mark]] = {}  # the key's hash -> its standing, and when it was read
 
@@ -216,8 +220,11 @@ class HeardKeys(Generic[Standing]):
             pgconn = raw.pgconn
             pgconn.consume_input()  # raises once the server has closed the session
             heard = False
-            while pgconn.notifies() is not None:
-                heard = True
+            while (notice := pgconn.notifies()) is not None:
+                if notice.relname == _SESSIONS:
+                    self._on_session(notice.extra.decode())
+                else:
+                    heard = True
             if raw.broken or pgconn.status != _OK:
                 raise OperationalError("the session listening for key changes was closed")
         except Exception:
@@ -235,11 +242,12 @@ class HeardKeys(Generic[Standing]):
 
 
 _OK = 0  # psycopg.pq.ConnStatus.OK, without importing psycopg where Postgres is not used
+_SESSIONS = SESSIONS_CHANNEL.encode()
 
 
 def _listening_session() -> Any:
     """A session of the gateway's own (not the pool's: a pooled connection goes to other work) that LISTENs on
-    KEYS_CHANNEL."""
+    KEYS_CHANNEL and SESSIONS_CHANNEL."""
     import psycopg
 
     # The process in its name: an operator reading pg_stat_activity can tell which gateway holds which session.
@@ -247,7 +255,7 @@ def _listening_session() -> Any:
               "application_name": f"airlock gateway keys {os.getpid()}"}
     raw = psycopg.connect(**params, autocommit=True)
     try:
-        raw.execute(f'LISTEN "{KEYS_CHANNEL}"')
+        raw.execute(f'LISTEN "{KEYS_CHANNEL}"; LISTEN "{SESSIONS_CHANNEL}"')
     except Exception:
         raw.close()
         raise

@@ -90,6 +90,11 @@ class SessionRef:
     calls: int = 0
     last_seen: float = 0.0
 
+    @property
+    def run_hex(self) -> str:
+        """The run's id as change notices name it (migration gateway/0004)."""
+        return self.run_id.replace("-", "")
+
     def next_position(self) -> int:
         self.calls += 1
         return self.calls % POSITION_WRAP

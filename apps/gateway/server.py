@@ -24,7 +24,10 @@ change notice arrives from any process (`apps.gateway.changes`, over the channel
 view sends list-changed notices to its connected clients), with a slow safety-net re-read
 (`AIRLOCK_GATEWAY_VIEW_REFRESH_S`, every poll while notices cannot be heard), its servers' specs
 renewed when their OAuth token is due for a refresh (`_spec`); open sessions, their log levels and
-resource subscriptions; calls waiting for a 2026-07-28 host's next leg.
+resource subscriptions; calls waiting for a 2026-07-28 host's next leg. A held session whose run a person
+cancelled (or that ended elsewhere) is let go before its next call once that is heard (on Postgres, the
+notices of migration gateway/0004 on the same listening session), and by the maintenance poll, which asks
+about every held session only when nothing is heard or at the safety-net interval (`_end_sessions_over`).
 Rate limits are shared by every gateway process through Redis (`ratelimit`; in-memory in
 embedded mode). Database work runs on worker threads; ledger rows for forwarded reads are committed in batches by
 `ledger.LedgerWriter`. The ASGI app around it (routes, session managers, lifespan) is
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 import uuid
 from dataclasses import dataclass
@@ -103,7 +107,8 @@ def poll_seconds() -> float:
 
 
 def view_refresh_seconds() -> float:
-    """The safety-net re-read of every view while change notices arrive (they do the real work)."""
+    """The safety-net re-read of every view, and check of every held session, while change notices arrive (they
+    do the real work)."""
     return float(getattr(settings, "AIRLOCK_GATEWAY_VIEW_REFRESH_S", 30.0))
 
 
@@ -282,7 +287,11 @@ class Gateway:
         self._key_threads = CheckThreads()
         key_statement = KeyStatement(resource=resource_url())
         self.keys: KeyChecks[selectors.KeyStanding] = KeyChecks(lambda raw: self._key_threads.run(key_statement, raw))
-        self.heard_keys: HeardKeys[Identity] = HeardKeys()
+        # Runs of held sessions that stopped or were asked to stop, as heard (hex ids; keys.HeardKeys hears them on
+        # its session): the session is checked before its next call, and by the next maintenance.
+        self._runs_heard: set[str] = set()
+        self._sessions_checked_at = -math.inf  # the last check of every held session (`_maintain_once`)
+        self.heard_keys: HeardKeys[Identity] = HeardKeys(on_session=self._runs_heard.add)
 
     # --- identity --------------------------------------------------------------------------------
 
@@ -387,13 +396,21 @@ class Gateway:
             self._handshake_clients.setdefault(identity.agent_id, {})[session_id] = (ctx.session, time.monotonic())
 
     async def session(self, ctx: Any, identity: Identity) -> SessionRef:
+        """The host's open session for this call. One whose run was heard stopping (a person cancelled it, or it
+        ended elsewhere) is checked first and, when it is over, ended here and replaced: no call goes on being
+        recorded in a run a person cancelled until the next maintenance notices."""
         session_id = _session_id(ctx)
         bucket = (identity.key_id, session_id)
         ref = self._sessions.get(bucket)
-        if ref is None:
+        if ref is None or ref.run_hex in self._runs_heard:
             lock = self._session_locks.setdefault(bucket, anyio.Lock())
             async with lock:
                 ref = self._sessions.get(bucket)
+                if ref is not None and ref.run_hex in self._runs_heard:
+                    self._runs_heard.discard(ref.run_hex)
+                    if await _db(ledger.cancelled_sessions, [ref.pk]):
+                        await self._end_cancelled(bucket, ref)
+                        ref = None
                 if ref is None:
                     ref = await _db(ledger.open_session, key_id=identity.key_id, bucket=session_id,
                                     session_id=session_id, client_name=_client_name(ctx),
@@ -898,17 +915,7 @@ class Gateway:
         if time.monotonic() - self._views_read_at >= every:
             self._views_read_at = time.monotonic()
             await self._reread(self._views)
-        pks = [ref.pk for ref in self._sessions.values()]
-        over = set(await _db(ledger.cancelled_sessions, pks))
-        idle_before = timezone.now() - ledger.SESSION_IDLE
-        for pk in await _db(ledger.sessions_to_end, idle_before=idle_before):
-            await _db(ledger.end_session, session_pk=pk)
-            over.add(pk)
-        for bucket, ref in list(self._sessions.items()):
-            if ref.pk in over:
-                self._sessions.pop(bucket, None)
-                await _db(ledger.end_session, session_pk=ref.pk, status="cancelled",
-                          reason="A person cancelled this gateway session.")
+        await self._end_sessions_over()
         cutoff = time.monotonic() - ledger.SESSION_IDLE.total_seconds()
         for agent_id, clients in self._handshake_clients.items():
             for session_id, (_, at) in list(clients.items()):
@@ -917,6 +924,35 @@ class Gateway:
                     await self.subscriptions.end(("session", agent_id, session_id), self._views.get(agent_id))
         self.levels.forget_idle(cutoff)
         await self.pool.keep_subscriptions()
+
+    async def _end_sessions_over(self) -> None:
+        """Ends the held sessions whose run a person cancelled or that ended elsewhere, and every open session
+        idle past `SESSION_IDLE`. While this process hears the sessions' runs (Postgres), only the sessions heard
+        are asked about, and all of them and the idle ones every `view_refresh_seconds()` as a safety net; else
+        (SQLite, or the listening session lost) every held session is asked about at every poll."""
+        everything = not self.heard_keys.listening or \
+            time.monotonic() - self._sessions_checked_at >= view_refresh_seconds()
+        heard = set(self._runs_heard)
+        self._runs_heard.clear()  # the same set: keys.HeardKeys adds to it
+        if everything:
+            self._sessions_checked_at = time.monotonic()
+        asked = [ref.pk for ref in self._sessions.values() if everything or ref.run_hex in heard]
+        over = set(await _db(ledger.cancelled_sessions, asked))
+        if everything:
+            idle_before = timezone.now() - ledger.SESSION_IDLE
+            for pk in await _db(ledger.sessions_to_end, idle_before=idle_before):
+                await _db(ledger.end_session, session_pk=pk)
+                over.add(pk)
+        for bucket, ref in list(self._sessions.items()):
+            if ref.pk in over:
+                await self._end_cancelled(bucket, ref)
+
+    async def _end_cancelled(self, bucket: tuple[str, str], ref: SessionRef) -> None:
+        """Lets go of a held session that is over, and ends it as cancelled (nothing, when it had ended already)."""
+        if self._sessions.get(bucket) is ref:
+            self._sessions.pop(bucket, None)
+            await _db(ledger.end_session, session_pk=ref.pk, status="cancelled",
+                      reason="A person cancelled this gateway session.")
 
     async def _notify_changed(self, agent_id: str) -> None:
         bus = self._buses.get(agent_id)
@@ -938,7 +974,8 @@ class Gateway:
         if self.heard_keys.drain():
             return
         try:
-            await self.heard_keys.listen()
+            if await self.heard_keys.listen():
+                self._sessions_checked_at = -math.inf  # what changed before the LISTEN was not heard: ask now
         except Exception as exc:  # every request's key is read meanwhile; tried again at the next poll
             logger.warning("gateway: cannot listen for key changes (%s); every request's key is read",
                            type(exc).__name__)
