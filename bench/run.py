@@ -7,8 +7,9 @@ write tool), fixed (start -> first model call), whole (a whole run's time at 5, 
 bytes written per run), floor (a Postgres commit and a bare MCP call, against our step), embedded (ours on
 SQLite with no Redis: per step and approval), approval (decision -> approved call started), events (commit ->
 websocket frame, burst, publish cost), gateway (bench/gateway.py: against mcp-proxy and ContextForge,
-installed under var/bench/peers/), history (bench/history.py), pages (bench/pages.py: page loads at 10,000
-runs), memory (worker RSS), tokens (bench/tokens.py: input tokens per crew run against CrewAI, in its own
+installed under var/bench/peers/; bench/gateway_held.py: idle CPU while holding host sessions), history
+(bench/history.py), pages (bench/pages.py: page loads at 10,000 runs), memory (worker RSS), tokens
+(bench/tokens.py: input tokens per crew run against CrewAI, in its own
 var/bench/crewai), load (bench/load.py: 200 runs at once with 100 pages watching, a 500-approval storm, on a
 compose-like stack), scale (bench/scale.py: throughput with 1 and 2 worker and web processes, 10,000 runs parked
 waiting for a person).
@@ -550,6 +551,19 @@ def run_gateway(args, admin_url, report, table) -> None:
     data = json.loads(out.read_text())
     report["gateway"] = data
     gateway_rows(data, table)
+    held_out = ROOT / "var" / "bench" / "gateway-held-run.json"
+    held = ["--held", "0,100", "--seconds", "3"] if args.quick else ["--held", "0,1000", "--seconds", "10"]
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from bench.gateway_held import main; "
+            f"main({[*held, '--out', str(held_out)]!r})")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"bench.gateway_held failed:\n{done.stderr[-3000:]}")
+    report["gateway_held"] = json.loads(held_out.read_text())
+    idle, most = report["gateway_held"]["rows"][0], report["gateway_held"]["rows"][-1]
+    cpu = {row["held"]: sum(row["cpu_ms_per_s"].values()) for row in (idle, most)}
+    table.add(f"gateway idle CPU per second, {most['held']:,} held sessions vs none", cpu[most["held"]],
+              cpu[idle["held"]], unit=" ms", target="info", ok=None,
+              note="the gateway's processes and its Postgres backends, no calls (bench/gateway_held.py)")
 
 
 def gateway_rows(data: dict, table) -> None:
