@@ -937,7 +937,7 @@ class Gateway:
         if everything:
             self._sessions_checked_at = time.monotonic()
         asked = [ref.pk for ref in self._sessions.values() if everything or ref.run_hex in heard]
-        over = set(await _db(ledger.cancelled_sessions, asked))
+        over = set(await _db(ledger.cancelled_sessions, asked)) if asked else set()
         if everything:
             idle_before = timezone.now() - ledger.SESSION_IDLE
             for pk in await _db(ledger.sessions_to_end, idle_before=idle_before):
