@@ -99,10 +99,20 @@
     const choice = (el.type === "checkbox" || el.type === "radio") ? el.value : "";
     return (owner ? owner.id : "") + "|" + (el.name || el.id) + "|" + choice;
   }
+  // The control the person is in is put back under their cursor too (found by the same key, with the caret where
+  // it was): otherwise what they type next goes to the page, where single keys are the inbox's shortcuts.
+  function formControl(el) {
+    return el && el.matches && el.matches("input, textarea, select") && el.type !== "hidden" && (el.name || el.id);
+  }
+  function caret(el) {
+    try { return [el.selectionStart, el.selectionEnd]; } catch (e) { return null; }  // not a text control
+  }
   let kept = null;
   document.addEventListener("htmx:wsBeforeMessage", function () {
     socketMessage = true;
-    kept = {values: new Map(), focus: document.activeElement && document.activeElement.id};
+    const active = document.activeElement;
+    kept = {values: new Map(), focus: active && active.id, control: formControl(active) ? active : null};
+    if (kept.control) { kept.controlKey = controlKey(active); kept.caret = caret(active); }
     document.querySelectorAll("input, textarea, select").forEach(function (el) {
       if (el.type === "hidden" || (!el.name && !el.id)) return;
       const changed = (el.type === "checkbox" || el.type === "radio")
@@ -122,6 +132,17 @@
         if (el.type === "checkbox" || el.type === "radio") el.checked = before.values.get(key);
         else el.value = before.values.get(key);
       });
+    }
+    if (before.control && !before.control.isConnected) {  // the control they were in was replaced
+      const again = Array.from(document.querySelectorAll("input, textarea, select"))
+        .find(function (el) { return formControl(el) && controlKey(el) === before.controlKey; });
+      if (again) {
+        again.focus();
+        if (before.caret && before.caret[0] !== null) {
+          try { again.setSelectionRange(before.caret[0], before.caret[1]); } catch (e) { /* not a text control */ }
+        }
+        return;
+      }
     }
     if (before.focus && document.activeElement === document.body) {
       const again = document.getElementById(before.focus);

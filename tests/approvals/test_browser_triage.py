@@ -99,3 +99,28 @@ def test_a_live_update_keeps_what_the_person_ticked_and_typed(page: Page, live_u
     expect(items.first.get_by_test_id("select-item")).to_be_checked()
     expect(items.nth(1).get_by_test_id("select-item")).not_to_be_checked()
     expect(items.nth(1).get_by_label("Comment", exact=True)).to_have_value("not this one, ask finance")
+
+
+def test_a_live_update_of_the_item_being_typed_in_keeps_the_caret_there(page: Page, live_url, worker, owner,
+                                                                        tmp_path):
+    """A person is typing a comment when a live update re-renders that item: the new comment box has their text
+    and their cursor, so the next keys go on into it, not to the page, where single keys are the inbox's
+    shortcuts ("a" approves the focused item)."""
+    from apps.approvals.services import publish_item
+
+    run_id = in_thread(held_runs, owner, tmp_path / "orders.json", 1)[0]
+    sign_in(page, live_url, owner.user.email)
+    page.goto(f"{live_url}/inbox/")
+    expect(page.get_by_test_id("inbox")).to_have_attribute("data-live-state", "open")
+    comment = page.locator("#inbox-items [data-testid=approval]").first.get_by_label("Comment", exact=True)
+    comment.click()
+    page.keyboard.type("not this")
+    page.evaluate("document.querySelectorAll('#inbox-items [data-testid=approval]')"
+                  ".forEach(el => el.dataset.before = 'yes')")  # gone once the item is re-rendered
+    in_thread(lambda: publish_item(ApprovalRequest.objects.get(run_id=run_id)))
+    expect(page.locator("#inbox-items [data-before=yes]")).to_have_count(0)
+
+    expect(comment).to_be_focused()
+    page.keyboard.type(" one, ask finance")
+    expect(comment).to_have_value("not this one, ask finance")
+    assert in_thread(lambda: ApprovalRequest.objects.get(run_id=run_id).status) == "pending"
