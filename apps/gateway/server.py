@@ -402,7 +402,7 @@ class Gateway:
         session_id = _session_id(ctx)
         bucket = (identity.key_id, session_id)
         ref = self._sessions.get(bucket)
-        if ref is None or ref.run_hex in self._runs_heard:
+        if ref is None or (self._runs_heard and ref.run_hex in self._runs_heard):  # nothing heard: no more work
             lock = self._session_locks.setdefault(bucket, anyio.Lock())
             async with lock:
                 ref = self._sessions.get(bucket)

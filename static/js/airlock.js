@@ -114,7 +114,7 @@
     kept = {values: new Map(), focus: active && active.id, control: formControl(active) ? active : null};
     if (kept.control) { kept.controlKey = controlKey(active); kept.caret = caret(active); }
     document.querySelectorAll("input, textarea, select").forEach(function (el) {
-      if (el.type === "hidden" || (!el.name && !el.id)) return;
+      if (!formControl(el)) return;
       const changed = (el.type === "checkbox" || el.type === "radio")
         ? el.checked !== el.defaultChecked : el.value !== el.defaultValue;
       if (changed) kept.values.set(controlKey(el), el.type === "checkbox" || el.type === "radio" ? el.checked : el.value);

@@ -1,7 +1,7 @@
 """Postgres tells every gateway process when a gateway session's run stops running or is asked to stop
 (LISTEN/NOTIFY on `airlock_gateway_sessions`, the run's id as the payload), so a process learns that a session
 it holds was cancelled or ended elsewhere when it happens, instead of asking about every session it holds once a
-second (apps/gateway/server.py, `Gateway.session` and `_maintain_once`).
+second (apps/gateway/server.py, `Gateway.session` and `_end_sessions_over`).
 
 A trigger on the run, not a call in `runs.services.cancel_run`: a run's status and cancel flag are changed by the
 runs app's services, the engine and the gateway's ledger, and no path can forget the notice; it goes out with the
@@ -14,13 +14,12 @@ from django.db import migrations
 
 from apps.core.migration_ops import postgres_sql
 
-CHANNEL = "airlock_gateway_sessions"
-
 CREATE = (
-    f"""CREATE OR REPLACE FUNCTION airlock_gateway_session_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    # The channel is apps.gateway.keys.SESSIONS_CHANNEL (a migration keeps its own copy of what it writes).
+    """CREATE OR REPLACE FUNCTION airlock_gateway_session_changed() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
   IF EXISTS (SELECT 1 FROM gateway_gatewaysession WHERE run_id = NEW.id) THEN
-    PERFORM pg_notify('{CHANNEL}', replace(NEW.id::text, '-', ''));
+    PERFORM pg_notify('airlock_gateway_sessions', replace(NEW.id::text, '-', ''));
   END IF;
   RETURN NULL;
 END $$""",
